@@ -1,0 +1,167 @@
+"""The DuckDB warehouse: connections that never touch the network, and the `raw` schema.
+
+`raw.*` mirrors the game tables column for column (quoted camelCase names, JSON kept
+as text). The snapshot fills it from PostgreSQL; `simulate --target duckdb` writes it
+directly. SQLMesh models read only `raw.*`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from babylon_rl.errors import WarehouseError
+from babylon_rl.settings import Home
+
+# Settings applied to every connection: no network, bounded memory for a small machine.
+OFFLINE_CONFIG = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+
+
+@dataclass(frozen=True)
+class RawTable:
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (column, DuckDB type)
+    primary_key: str
+    watermark: str  # the column whose growth marks new or changed rows
+
+    @property
+    def column_names(self) -> list[str]:
+        return [name for name, _ in self.columns]
+
+    def ddl(self, schema: str = "raw") -> str:
+        cols = ",\n    ".join(f'"{name}" {type_}' for name, type_ in self.columns)
+        return f'CREATE TABLE IF NOT EXISTS {schema}.{self.name} (\n    {cols},\n    PRIMARY KEY ("{self.primary_key}")\n)'
+
+
+_TS = "TIMESTAMP"
+RAW_TABLES: tuple[RawTable, ...] = (
+    RawTable(
+        "trajectories",
+        (
+            ("id", "VARCHAR"), ("trajectoryId", "VARCHAR"), ("agentId", "VARCHAR"),
+            ("startTime", _TS), ("endTime", _TS), ("durationMs", "INTEGER"),
+            ("windowId", "VARCHAR"), ("windowHours", "INTEGER"),
+            ("episodeId", "VARCHAR"), ("scenarioId", "VARCHAR"), ("batchId", "VARCHAR"),
+            ("stepsJson", "VARCHAR"), ("rewardComponentsJson", "VARCHAR"),
+            ("metricsJson", "VARCHAR"), ("metadataJson", "VARCHAR"),
+            ("totalReward", "DOUBLE"), ("episodeLength", "INTEGER"), ("finalStatus", "VARCHAR"),
+            ("finalBalance", "DOUBLE"), ("finalPnL", "DOUBLE"),
+            ("tradesExecuted", "INTEGER"), ("postsCreated", "INTEGER"),
+            ("aiJudgeReward", "DOUBLE"), ("aiJudgeReasoning", "VARCHAR"), ("judgedAt", _TS),
+            ("isTrainingData", "BOOLEAN"), ("isEvaluation", "BOOLEAN"),
+            ("usedInTraining", "BOOLEAN"), ("trainedInBatch", "VARCHAR"),
+            ("createdAt", _TS), ("updatedAt", _TS),
+        ),
+        primary_key="id",
+        watermark="updatedAt",
+    ),
+    RawTable(
+        "llm_call_logs",
+        (
+            ("id", "VARCHAR"), ("trajectoryId", "VARCHAR"), ("stepId", "VARCHAR"), ("callId", "VARCHAR"),
+            ("timestamp", _TS), ("latencyMs", "INTEGER"), ("model", "VARCHAR"), ("purpose", "VARCHAR"),
+            ("actionType", "VARCHAR"), ("systemPrompt", "VARCHAR"), ("userPrompt", "VARCHAR"),
+            ("messagesJson", "VARCHAR"), ("response", "VARCHAR"), ("reasoning", "VARCHAR"),
+            ("temperature", "DOUBLE"), ("maxTokens", "INTEGER"), ("topP", "DOUBLE"),
+            ("promptTokens", "INTEGER"), ("completionTokens", "INTEGER"), ("totalTokens", "INTEGER"),
+            ("metadata", "VARCHAR"), ("createdAt", _TS),
+        ),
+        primary_key="id",
+        watermark="createdAt",
+    ),
+    RawTable(
+        "market_outcomes",
+        (
+            ("id", "VARCHAR"), ("windowId", "VARCHAR"), ("stockTicker", "VARCHAR"),
+            ("startPrice", "DECIMAL(10,2)"), ("endPrice", "DECIMAL(10,2)"), ("changePercent", "DECIMAL(5,2)"),
+            ("sentiment", "VARCHAR"), ("newsEvents", "VARCHAR"),
+            ("predictionMarketId", "VARCHAR"), ("question", "VARCHAR"), ("outcome", "VARCHAR"),
+            ("finalProbability", "DECIMAL(5,4)"), ("volume", "DECIMAL(15,2)"), ("createdAt", _TS),
+        ),
+        primary_key="id",
+        watermark="createdAt",
+    ),
+    RawTable(
+        "training_batches",
+        (
+            ("id", "VARCHAR"), ("batchId", "VARCHAR"), ("scenarioId", "VARCHAR"), ("baseModel", "VARCHAR"),
+            ("modelVersion", "VARCHAR"), ("trajectoryIds", "VARCHAR"), ("rankingsJson", "VARCHAR"),
+            ("rewardsJson", "VARCHAR"), ("trainingLoss", "DOUBLE"), ("policyImprovement", "DOUBLE"),
+            ("status", "VARCHAR"), ("error", "VARCHAR"),
+            ("createdAt", _TS), ("startedAt", _TS), ("completedAt", _TS),
+        ),
+        primary_key="id",
+        watermark="createdAt",
+    ),
+    RawTable(
+        "trained_models",
+        (
+            ("id", "VARCHAR"), ("modelId", "VARCHAR"), ("version", "VARCHAR"), ("baseModel", "VARCHAR"),
+            ("trainingBatch", "VARCHAR"), ("status", "VARCHAR"), ("deployedAt", _TS), ("archivedAt", _TS),
+            ("storagePath", "VARCHAR"), ("benchmarkScore", "DOUBLE"), ("accuracy", "DOUBLE"),
+            ("avgReward", "DOUBLE"), ("evalMetrics", "VARCHAR"), ("wandbRunId", "VARCHAR"),
+            ("wandbArtifactId", "VARCHAR"), ("agentsUsing", "INTEGER"), ("totalInferences", "INTEGER"),
+            ("createdAt", _TS), ("updatedAt", _TS),
+        ),
+        primary_key="id",
+        watermark="updatedAt",
+    ),
+)
+RAW_BY_NAME = {table.name: table for table in RAW_TABLES}
+
+
+def connect(home: Home, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse file; a lock held by another process becomes a readable error."""
+    if read_only and not home.warehouse.exists():
+        raise WarehouseError(f"no warehouse at {home.warehouse}; run `cli.py build` (or `cli.py simulate --target duckdb`) first")
+    home.ensure()
+    try:
+        return duckdb.connect(str(home.warehouse), read_only=read_only, config=dict(OFFLINE_CONFIG))
+    except duckdb.IOException as exc:
+        if "lock" in str(exc).lower():
+            raise WarehouseError(
+                f"the warehouse {home.warehouse} is in use by another process ({_lock_holder(str(exc))}); "
+                "wait for it to finish, or read the published copy with `cli.py export`"
+            ) from None
+        raise WarehouseError(f"cannot open the warehouse {home.warehouse}: {exc}") from None
+
+
+def _lock_holder(message: str) -> str:
+    # DuckDB says "Conflicting lock is held in <exe> (PID 1234)".
+    marker = "Conflicting lock is held in"
+    if marker in message:
+        return message.split(marker, 1)[1].split(".")[0].strip()
+    return "lock held"
+
+
+def create_raw_schema(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute("CREATE SCHEMA IF NOT EXISTS raw")
+    for table in RAW_TABLES:
+        conn.execute(table.ddl())
+
+
+def load_postgres_scanner(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
+    """LOAD the postgres scanner shipped by the `duckdb-extension-postgres` wheel, never downloading it."""
+    import duckdb_extension_postgres
+
+    version = duckdb.__version__
+    shipped = Path(duckdb_extension_postgres.__file__).parent / "extensions" / f"v{version}" / "postgres.duckdb_extension"
+    if not shipped.exists():
+        raise WarehouseError(
+            f"the postgres scanner for duckdb {version} is not installed; reinstall with "
+            f"`pip install duckdb=={version} duckdb-extension-postgres=={version}`"
+        )
+    # DuckDB derives the entry point from the file name, so it must be called postgres_scanner.
+    target = home.extensions / f"v{version}" / "postgres_scanner.duckdb_extension"
+    if not target.exists() or target.stat().st_size != shipped.stat().st_size:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(shipped, tmp)
+        tmp.replace(target)
+    conn.execute(f"LOAD '{str(target).replace("'", "''")}'")

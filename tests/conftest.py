@@ -1,0 +1,73 @@
+"""Shared fixtures: a real PostgreSQL database per test and a fresh toolkit home.
+
+PostgreSQL tests are required in CI (CI=true): an unreachable server fails them.
+Locally they are skipped with the reason, so a laptop without PostgreSQL can run the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+ADMIN_URL = os.environ.get("BABYLON_RL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _admin_connection() -> psycopg.Connection:
+    try:
+        return psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        message = f"PostgreSQL is not reachable at {ADMIN_URL}: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def database_url(name: str) -> str:
+    base, _, _ = ADMIN_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """An empty database of its own, dropped after the test."""
+    name = f"brl_test_{uuid.uuid4().hex[:12]}"
+    with _admin_connection() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url(name)
+    finally:
+        with _admin_connection() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def migrated_pg_url(pg_url: str) -> str:
+    from babylon_rl import db
+
+    db.migrate(pg_url)
+    return pg_url
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home"
+    monkeypatch.setenv("BABYLON_RL_HOME", str(path))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    return path
+
+
+@pytest.fixture
+def run_cli(home: Path):
+    """Invoke the real click group in-process; returns the click Result."""
+    from cli import cli
+
+    def invoke(*args: str, input: str | None = None):
+        return CliRunner().invoke(cli, ["--home", str(home), *args], input=input, catch_exceptions=False)
+
+    return invoke
