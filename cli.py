@@ -81,5 +81,73 @@ def db_status(obj: BabylonContext) -> None:
     obj.db_status()
 
 
+@cli.command()
+@click.option("--full", is_flag=True, help="Re-copy every row instead of only rows past the last watermark.")
+@click.pass_obj
+@error_handler
+def snapshot(obj: BabylonContext, full: bool) -> None:
+    """Copy the game tables from PostgreSQL into the warehouse's raw schema.
+
+    \b
+    Incremental: only rows changed since the last snapshot (minus a safety margin)
+    are copied and upserted on their primary key.
+    \b
+    Example:
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon snapshot
+    """
+    obj.snapshot(full=full)
+
+
+@cli.command()
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="Seconds to wait for another running build before giving up.")
+@click.option("--full-snapshot", is_flag=True, help="Re-copy every source row before building.")
+@click.pass_obj
+@error_handler
+def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool) -> None:
+    """Snapshot the game database (if given), apply the SQLMesh models, publish the marts.
+
+    \b
+    Windows that received late rows are rebuilt. The marts are then written to
+    HOME/exports/*.parquet, which can be queried while the next build runs.
+    \b
+    Examples:
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon build
+      python cli.py build --wait 600      # after simulate --target duckdb
+    """
+    obj.build(wait_seconds=wait_seconds, full_snapshot=full_snapshot)
+
+
+@cli.command()
+@click.pass_obj
+@error_handler
+def export(obj: BabylonContext) -> None:
+    """Write the marts to HOME/exports/*.parquet for readers that must not lock the warehouse.
+
+    \b
+    Example:
+      python cli.py export && duckdb -c "SELECT * FROM '.babylon/exports/windows.parquet' LIMIT 5"
+    """
+    obj.export()
+
+
+@cli.command()
+@click.option("--lookback-hours", type=click.IntRange(min=1), default=168, show_default=True)
+@click.option("--min-agents", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--as-of", type=click.DateTime(["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"]),
+              help="End of the lookback (UTC). Default: now.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+@error_handler
+def windows(obj: BabylonContext, lookback_hours: int, min_agents: int, as_of, as_json: bool) -> None:
+    """Readiness report: recent windows, agents per window, how many can form a training group.
+
+    \b
+    Example:
+      python cli.py windows --lookback-hours 24 --min-agents 5
+    """
+    obj.windows(lookback_hours, min_agents, as_of, as_json)
+
+
 if __name__ == "__main__":
     cli()
