@@ -1,0 +1,1 @@
+"""`cli.py simulate`: a deterministic, realistic game history in the production schema."""
