@@ -86,7 +86,7 @@ def db_status(obj: BabylonContext) -> None:
 @click.option("--windows", type=click.IntRange(min=1), default=24, show_default=True, help="Windows to simulate.")
 @click.option("--window-hours", type=click.IntRange(min=1), default=1, show_default=True, help="Hours per window.")
 @click.option("--steps-per-window", type=click.IntRange(min=1), default=10, show_default=True, help="Actions per agent per window.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Same seed and start give the same rows.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Same seed and start give the same rows.")
 @click.option("--start", type=click.DateTime(formats=["%Y-%m-%dT%H:%M"]), default=None,
               help="UTC start of the first window, YYYY-MM-DDTHH:MM. Default: after the newest window in the target, else so the history ends now.")
 @click.option("--rich-share", type=click.FloatRange(0, 1), default=0.3, show_default=True, help="Share of trajectories in the plugin step shape.")

@@ -298,3 +298,11 @@ def test_write_time_columns_are_real_time(tmp_path: Path) -> None:
     with duckdb.connect(str(warehouse), read_only=True) as conn:
         oldest = conn.execute('SELECT min("updatedAt") FROM raw.trajectories').fetchone()[0]
     assert oldest >= before and EPOCH < oldest
+
+
+def test_unreachable_database_is_one_masked_line(run_cli) -> None:
+    url = "postgresql://postgres:s3cret@127.0.0.1:1/nowhere"
+    result = run_cli("--database-url", url, "simulate", "--agents", "1", "--windows", "1")
+    assert result.exit_code == 2
+    assert "cannot connect to postgresql://postgres:***@127.0.0.1:1/nowhere" in result.output
+    assert "s3cret" not in result.output and "Traceback" not in result.output

@@ -9,6 +9,7 @@ from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
+import duckdb
 import psycopg
 import pyarrow as pa
 
@@ -47,14 +48,13 @@ def _stamp_count(table: str) -> int:
     return 2 if table == "trajectories" else 1  # createdAt, updatedAt / createdAt
 
 
-def newest_start(newest_window_id: str | None, newest_start_time: datetime | None) -> datetime | None:
-    """The start of the newest window present: windowId where set, else startTime truncated to the hour."""
-    candidates = []
-    if newest_window_id:
-        candidates.append(datetime.strptime(newest_window_id[:16], "%Y-%m-%dT%H:%M"))
-    if newest_start_time is not None:
-        candidates.append(newest_start_time.replace(minute=0, second=0, microsecond=0))
-    return max(candidates) if candidates else None
+def newest_start(window_ids: list[str | None]) -> datetime | None:
+    """The start of the newest window present in either table (windowId is indexed in both)."""
+    starts = [datetime.strptime(w[:16], "%Y-%m-%dT%H:%M") for w in window_ids if w]
+    return max(starts) if starts else None
+
+
+NEWEST_WINDOW_SQL = 'SELECT max("windowId") FROM {prefix}market_outcomes UNION ALL SELECT max("windowId") FROM {prefix}trajectories'
 
 
 class PostgresSink:
@@ -78,10 +78,9 @@ class PostgresSink:
             )
 
     def newest_window(self) -> datetime | None:
-        window = self.conn.execute('SELECT max("windowId") FROM market_outcomes').fetchone()[0]
-        started = self.conn.execute('SELECT max("startTime") FROM trajectories').fetchone()[0]
+        rows = self.conn.execute(NEWEST_WINDOW_SQL.format(prefix="")).fetchall()
         self.conn.rollback()
-        return newest_start(window, started)
+        return newest_start([row[0] for row in rows])
 
     def write(self, batch: list[WindowRows]) -> None:
         now = write_time()
@@ -114,9 +113,8 @@ class DuckDBSink:
         warehouse.create_raw_schema(self.conn)
 
     def newest_window(self) -> datetime | None:
-        window = self.conn.execute('SELECT max("windowId") FROM raw.market_outcomes').fetchone()[0]
-        started = self.conn.execute('SELECT max("startTime") FROM raw.trajectories').fetchone()[0]
-        return newest_start(window, started)
+        rows = self.conn.execute(NEWEST_WINDOW_SQL.format(prefix="raw.")).fetchall()
+        return newest_start([row[0] for row in rows])
 
     def write(self, batch: list[WindowRows]) -> None:
         now = write_time()
@@ -127,9 +125,9 @@ class DuckDBSink:
                 self.conn.register("_simulated", arrow)
                 self.conn.execute(f"INSERT INTO raw.{table} SELECT * FROM _simulated")
                 self.conn.unregister("_simulated")
-        except Exception as exc:
+        except BaseException as exc:
             self.conn.execute("ROLLBACK")
-            if "Duplicate key" in str(exc) or "PRIMARY KEY" in str(exc):
+            if isinstance(exc, duckdb.ConstraintException):
                 raise DatabaseError(
                     f"windows {batch[0].window_id} to {batch[-1].window_id} are already in {self.home.warehouse}; "
                     "omit --start to continue after the newest window, or pick another --start or --seed"

@@ -188,6 +188,7 @@ class AgentPlay:
         self.portfolio = Portfolio(window.config.starting_balance)
         self.trade_count = 0
         self.total_reward = 0.0
+        self.last_call_end = 0  # epoch ms
 
     def run(self) -> None:
         w, config = self.w, self.w.config
@@ -255,6 +256,7 @@ class AgentPlay:
         answer = BAD_ANSWER if failed else response_json(decision, self.w)
         action_type = "HOLD" if failed else ACTION_TYPES[decision.kind]
         records.append(("action", action_type, user, answer, decision.why if reasons else None, ts, latency[1]))
+        self.last_call_end = ts + latency[1]
         return records
 
     def execute(self, d: Decision, minute: int) -> tuple[str, dict, dict | None, float]:
@@ -296,7 +298,7 @@ class AgentPlay:
         step = {"stepNumber": s, "timestamp": ts, "environmentState": state, "providerAccesses": self.w.providers(minute)}
         if self.rich:
             step_id = f"{self.trajectory_id}:{s}"
-            call_ids = [f"call_{self.tid_hex[:12]}{s:03d}{i}" for i in range(len(calls))]
+            call_ids = [f"call_{self.tid_hex}{self.id_hex[:8]}_{s}_{i}" for i in range(len(calls))]
             step["stepId"] = step_id
             step["observation"] = {"minute": minute, "newsSeen": len(self.w.news(minute)[0])}
             state.update(timestamp=ts, agentPoints=self.trade_count * 10, portfolioValue=round(self.w.config.starting_balance + state["agentPnL"], 2),
@@ -364,8 +366,7 @@ class AgentPlay:
         balance = round(balance, 2)
         pnl = round(balance - config.starting_balance, 2)
         start_ms = steps[0]["timestamp"] - 2_000
-        last_calls = steps[-1]["llmCalls"]
-        end_ms = (last_calls[-1].get("timestamp") or steps[-1]["timestamp"]) + w.latency[self.index][-1][1] + 500
+        end_ms = self.last_call_end + 500
         errors = sum(1 for step in steps if not step["action"]["success"])
         total_reward = round(self.total_reward, 4)
         window_id = None if w.null_window[self.index] else w.market.window_id
