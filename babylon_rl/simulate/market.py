@@ -8,7 +8,7 @@ only on the seed and its own start, never on how many windows one call generated
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 
@@ -179,7 +179,3 @@ def _prediction_markets(rng: np.random.Generator, config: SimulationConfig, pric
             round(float(rng.lognormal(8.0, 0.8)), 2),
         ))
     return markets
-
-
-def minute_time(start: datetime, minute: int) -> datetime:
-    return start + timedelta(minutes=minute)

@@ -243,7 +243,7 @@ class AgentPlay:
         self.total_reward += reward
         return self.step_dict(s, ts, minute, state, calls, action_type, params, result, failed, decision, reward)
 
-    def calls(self, s: int, ts: int, text: str, decision: Decision, failed: bool, reasons: bool) -> list[dict]:
+    def calls(self, s: int, ts: int, text: str, decision: Decision, failed: bool, reasons: bool) -> list[tuple]:
         """The LLM calls of a step as neutral records; shaped for stepsJson and llm_call_logs later."""
         latency = self.w.latency[self.index][s]
         records = []
@@ -287,7 +287,10 @@ class AgentPlay:
         pnl = round(d.shares * (price - end), 2)  # what selling now gained over holding to the end
         return "SELL_SHARES", params, {"executed": True, "pnl": pnl}, pnl
 
-    def step_dict(self, s, ts, minute, state, calls, action_type, params, result, failed, decision, reward) -> dict:
+    def step_dict(
+        self, s: int, ts: int, minute: int, state: dict, calls: list[tuple], action_type: str, params: dict,
+        result: dict | None, failed: bool, decision: Decision, reward: float,
+    ) -> dict:
         action = {"success": not failed, "parameters": params}
         if failed:
             action["error"] = PARSE_ERROR
