@@ -149,5 +149,30 @@ def windows(obj: BabylonContext, lookback_hours: int, min_agents: int, as_of, as
     obj.windows(lookback_hours, min_agents, as_of, as_json)
 
 
+@cli.command("simulate")
+@click.option("--agents", type=click.IntRange(min=1), default=20, show_default=True, help="Agents; each plays every window.")
+@click.option("--windows", type=click.IntRange(min=1), default=24, show_default=True, help="Windows to simulate.")
+@click.option("--window-hours", type=click.IntRange(min=1), default=1, show_default=True, help="Hours per window.")
+@click.option("--steps-per-window", type=click.IntRange(min=1), default=10, show_default=True, help="Actions per agent per window.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Same seed and start give the same rows.")
+@click.option("--start", type=click.DateTime(formats=["%Y-%m-%dT%H:%M"]), default=None,
+              help="UTC start of the first window, YYYY-MM-DDTHH:MM. Default: after the newest window in the target, else so the history ends now.")
+@click.option("--rich-share", type=click.FloatRange(0, 1), default=0.3, show_default=True, help="Share of trajectories in the plugin step shape.")
+@click.option("--dirt-rate", type=click.FloatRange(0, 1), default=0.02, show_default=True, help="Rate of each kind of production flaw; 0 = clean.")
+@click.option("--target", type=click.Choice(["postgres", "duckdb"]), default=None,
+              help="Where to write. Default: postgres when a database URL is given, else the DuckDB warehouse.")
+@click.pass_obj
+@error_handler
+def simulate(obj: BabylonContext, **options) -> None:
+    """Write a realistic, deterministic game history (trajectories, LLM calls, market outcomes).
+
+    \b
+    Examples:
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon simulate --agents 50 --windows 24 --seed 7
+      python cli.py simulate --target duckdb --agents 8 --windows 6 --start 2025-01-15T10:00
+    """
+    obj.simulate(**options)
+
+
 if __name__ == "__main__":
     cli()

@@ -178,7 +178,6 @@ def create_meta_schema(conn: duckdb.DuckDBPyConnection) -> None:
 
 def mark_windows_dirty(conn: duckdb.DuckDBPyConnection, window_starts: list) -> None:
     """Record windows whose raw rows were written outside a snapshot, so the next build restates them."""
-    create_meta_schema(conn)
     conn.executemany(
         "INSERT OR REPLACE INTO meta.dirty_windows VALUES (?, now()::TIMESTAMP)", [[start] for start in window_starts]
     )
