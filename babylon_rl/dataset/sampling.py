@@ -88,7 +88,7 @@ def _order_in_windows(rows: pl.DataFrame) -> pl.DataFrame:
 def _window_sizes(rows: pl.DataFrame, params: BuildParams) -> pl.DataFrame:
     return (
         rows.group_by("window_id")
-        .agg(n=pl.len(), window_key=pl.col("sample_key").min())
+        .agg(n=pl.len().cast(pl.Int64), window_key=pl.col("sample_key").min())
         .with_columns(capped=pl.min_horizontal("n", pl.lit(params.max_group_size)))
         .with_columns(surplus=pl.col("capped") - params.min_agents)
         # Smallest windows go first when whole windows must be dropped; the seed breaks ties.
@@ -125,9 +125,9 @@ def _spread(windows: pl.DataFrame, inside: int, left_surplus: int) -> pl.DataFra
     denominator = max(left_surplus, 1)
     windows = windows.with_columns(base=share // denominator, remainder=share % denominator)
     extra = inside - int(windows["base"].sum())
-    windows = windows.with_columns(
-        order=pl.struct(pl.col("remainder").neg(), "window_key", "window_id").rank("ordinal") - 1
-    )
+    windows = windows.sort(
+        "remainder", "window_key", "window_id", descending=[True, False, False]
+    ).with_columns(order=pl.int_range(pl.len()))
     take = pl.col("base") + (pl.col("order") < extra).cast(pl.Int64)
     return windows.with_columns(
         keep=pl.when(pl.col("dropped")).then(0).otherwise(pl.col("capped") - take)
