@@ -123,7 +123,8 @@ class BabylonContext:
             .sort("window_start", "window_id")
         )  # fmt: skip
         table = Table(title="windows (groups)")
-        for column in ("window", "split", "group size", "agents in window", "P&L min..max", "no signal"):
+        table.add_column("window", min_width=16)
+        for column in ("split", "group size", "agents in window", "P&L min..max", "no signal"):
             table.add_column(column)
         for w in windows.iter_rows(named=True):
             table.add_row(w["window_id"], w["split"], str(w["group_size"]), str(w["agents"]),
@@ -133,8 +134,9 @@ class BabylonContext:
     @staticmethod
     def _sample_table(frame: pl.DataFrame) -> Table:
         table = Table(title="sample rows")
-        for column in ("trajectory", "window", "agent", "pnl", "rank", "messages"):
+        for column in ("trajectory", "window", "agent", "pnl", "rank"):
             table.add_column(column, overflow="fold")
+        table.add_column("messages", overflow="fold", min_width=20, max_width=60)
         for r in frame.iter_rows(named=True):
             text = r["messages"] if len(r["messages"]) <= 120 else r["messages"][:117] + "..."
             table.add_row(Text(r["trajectory_id"]), r["window_id"], Text(r["agent_id"]), f"{r['pnl']:.2f}", str(r["pnl_rank"]), Text(text))

@@ -102,6 +102,8 @@ def load_candidates(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> Can
                CAST('0x' || substr(md5(CAST(?::BIGINT AS VARCHAR) || ':' || base.trajectory_id), 1, 15) AS BIGINT) AS sample_key
         FROM base SEMI JOIN usable USING (window_id)
     """
+    # Messages of a million trajectories exceed 2 GiB: Arrow large string buffers.
+    conn.execute("SET arrow_large_buffer_size = true")
     frame = conn.execute(sql, [*base_params, params.min_agents, params.seed]).pl()
     frame = frame.with_columns(
         [pl.col(name).cast(dtype) for name, dtype in SOURCE_COLUMNS.items()] + [pl.col("sample_key").cast(pl.Int64)]
