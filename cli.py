@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from functools import wraps
 from typing import Callable, TypeVar
 
 import click
 
 from babylon_rl.context import BabylonContext
+from babylon_rl.dataset import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError
 
 F = TypeVar("F", bound=Callable)
@@ -172,6 +174,110 @@ def simulate(obj: BabylonContext, **options) -> None:
       python cli.py simulate --target duckdb --agents 8 --windows 6 --start 2025-01-15T10:00
     """
     obj.simulate(**options)
+
+
+def _window_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+_TIME = click.DateTime(["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"])
+
+
+@cli.group()
+def dataset() -> None:
+    """Build versioned training datasets from the marts (datasets/NAME/)."""
+
+
+@dataset.command("build")
+@click.option("--name", required=True, help="Dataset name: letters, digits, '-', '_', '.'; written to datasets/NAME/.")
+@click.option("--min-agents", default=5, show_default=True, help="A window is a usable group only with at least this many distinct agents.")
+@click.option("--lookback-hours", default=168, show_default=True,
+              help="Use windows starting within this many hours of the NEWEST window in the warehouse "
+                   "(not of the wall clock, so simulated or old history works). Ignored with --windows/--since/--until.")
+@click.option("--target-trajectories", default=1000, show_default=True, help="Sample down to about this many trajectories (bounded by --max-dropout).")
+@click.option("--max-dropout", default=0.3, show_default=True, help="Never drop more than this fraction, in [0, 1).")
+@click.option("--max-group-size", default=8, show_default=True, help="Keep at most this many trajectories per window (chosen by the seed).")
+@click.option("--min-actions", default=5, show_default=True, help="Skip trajectories with fewer actions.")
+@click.option("--seed", default=0, show_default=True, help="Seed of every random choice; same seed and data give byte-identical files.")
+@click.option("--eval-fraction", default=0.1, show_default=True, help="Fraction of windows (the latest) held out whole for eval, in [0, 1).")
+@click.option("--windows", callback=_window_list, help="Only these windows, comma separated: 2025-01-15T10:00,2025-01-15T11:00.")
+@click.option("--since", type=_TIME, help="Only windows starting at or after this UTC time.")
+@click.option("--until", type=_TIME, help="Only windows starting before this UTC time.")
+@click.option("--include-used", is_flag=True, help="Also use trajectories already used in training.")
+@click.option("--force", is_flag=True, help="Replace an existing dataset of this name (swapped in atomically).")
+@click.pass_obj
+@error_handler
+def dataset_build(obj: BabylonContext, force: bool, **options) -> None:
+    """Select windows, apply dropout inside them, split train/eval by window, write Parquet + manifest.
+
+    The dropout rate is min(max_dropout, 1 - target/available); it is taken inside
+    windows without leaving any group below --min-agents (whole windows go instead).
+    The latest windows are the eval split.
+
+    \b
+    Examples:
+      python cli.py dataset build --name week1
+      python cli.py dataset build --name pinned --windows 2025-01-15T10:00,2025-01-15T11:00 --min-agents 3 --seed 7
+      python cli.py dataset build --name jan --since 2025-01-01 --until 2025-02-01 --include-used --force
+    """
+    obj.dataset_build(BuildParams(**options), force=force)
+
+
+@dataset.command("list")
+@click.pass_obj
+@error_handler
+def dataset_list(obj: BabylonContext) -> None:
+    """List the datasets with their sizes, dropout and content hash.
+
+    \b
+    Example:
+      python cli.py dataset list
+    """
+    obj.dataset_list()
+
+
+@dataset.command("show")
+@click.argument("name")
+@click.option("--samples", default=3, show_default=True, help="How many sample rows to print.")
+@click.pass_obj
+@error_handler
+def dataset_show(obj: BabylonContext, name: str, samples: int) -> None:
+    """Show a dataset's manifest, its windows (group sizes) and a few rows.
+
+    \b
+    Example:
+      python cli.py dataset show week1
+    """
+    obj.dataset_show(name, samples=samples)
+
+
+@dataset.command("export")
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="dpo or jsonl (see above).")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Output file. Default HOME/exports/NAME.FORMAT.jsonl")
+@click.pass_obj
+@error_handler
+def dataset_export(obj: BabylonContext, name: str, fmt: str, output: Path | None) -> None:
+    """Write a dataset as JSON lines.
+
+    \b
+    jsonl: one line per trajectory (train, then eval):
+      {"messages": [{"role", "content"}...], "trajectory_id", "window_id", "split"}
+    dpo: one line per train window with a signal, best vs worst trajectory by P&L,
+      TRL's conversational preference format (explicit prompt):
+      {"prompt": [...], "chosen": [...], "rejected": [...], "window_id", "chosen_id", "rejected_id"}
+      The prompt is the longest common prefix of the two trajectories' turns before
+      their first assistant turn (usually the shared system prompt, plus the first user
+      turn when it is the same); chosen/rejected are the rest of each conversation, so
+      each keeps its own first observation when they differ. Pairs sharing no prompt
+      turn (different system prompts) are skipped and counted. No-signal windows are skipped.
+
+    \b
+    Examples:
+      python cli.py dataset export week1 --format dpo --output week1.dpo.jsonl
+      python cli.py dataset export week1 --format jsonl
+    """
+    obj.dataset_export(name, fmt, output)
 
 
 if __name__ == "__main__":

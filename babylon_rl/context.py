@@ -11,12 +11,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+
+from pathlib import Path
+
+import polars as pl
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from babylon_rl import build, db, readiness, snapshot
 from babylon_rl.errors import ConfigError
+
+
+from babylon_rl import dataset, db
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
 
 
@@ -161,3 +170,92 @@ class BabylonContext:
         for name, value in rows.items():
             table.add_row(name, value)
         self.console.print(table)
+
+
+    # -- dataset ----------------------------------------------------------------------
+    def dataset_build(self, params: dataset.BuildParams, force: bool = False) -> dataset.BuildResult:
+        with self.console.status(f"building dataset {params.name}"):
+            result = dataset.build(self.home, params, force=force)
+        m = result.manifest
+        splits, drop = m["counts"]["splits"], m["dropout"]
+        self.console.print(f"dataset {params.name} written to {result.path}")
+        for split in ("train", "eval"):
+            c = splits[split]
+            self.console.print(
+                f"  {split}: {c['trajectories']} trajectories in {c['windows']} windows ({c['no_signal_groups']} without signal)"
+            )
+        self.console.print(
+            f"  dropout rate applied {drop['rate']:.3f} of {drop['available']} available: removed {drop['removed_by_dropout']} "
+            f"trajectories ({drop['windows_dropped']} whole windows, {drop['trajectories_in_dropped_windows']} trajectories in them); "
+            f"group cap removed {drop['removed_by_cap']}"
+        )
+        self.console.print(f"  content hash {m['content_hash']}")
+        return result
+
+    def dataset_list(self) -> list[dict]:
+        manifests = [dataset.read_manifest(self.home, name) for name in dataset.names(self.home)]
+        table = Table(title=f"datasets in {self.home.datasets}")
+        for column in ("name", "created", "train traj", "train win", "eval traj", "eval win", "dropout", "hash"):
+            table.add_column(column)
+        for m in manifests:
+            train, ev = m["counts"]["splits"]["train"], m["counts"]["splits"]["eval"]
+            table.add_row(
+                m["name"], m["created_at"], str(train["trajectories"]), str(train["windows"]),
+                str(ev["trajectories"]), str(ev["windows"]), f"{m['dropout']['rate']:.3f}", m["content_hash"][:12],
+            )  # fmt: skip
+        self.console.print(table if manifests else "no datasets yet; create one with `cli.py dataset build --name NAME`")
+        return manifests
+
+    def dataset_show(self, name: str, samples: int = 3) -> dict:
+        m = dataset.read_manifest(self.home, name)
+        p, drop = m["parameters"], m["dropout"]
+        self.console.print(f"[bold]{name}[/bold]  created {m['created_at']}  hash {m['content_hash']}")
+        self.console.print(f"  source snapshot {m['source_snapshot_id']}, {len(m['model_versions'])} model versions, newest window {m['newest_window']}")
+        self.console.print("  parameters: " + ", ".join(f"{k}={v}" for k, v in sorted(p.items())), markup=False)
+        self.console.print(
+            f"  dropout {drop['rate']:.3f}: removed {drop['removed_by_dropout']} of {drop['available']} "
+            f"({drop['windows_dropped']} whole windows); group cap removed {drop['removed_by_cap']}"
+        )
+        frames = {split: dataset.read_split(self.home, name, split) for split in ("train", "eval")}
+        both = pl.concat(list(frames.values()))
+        self.console.print(self._window_table(both))
+        self.console.print(self._sample_table(both.head(samples)))
+        return m
+
+    def dataset_export(self, name: str, fmt: str, output: Path | None = None) -> dataset.ExportResult:
+        result = dataset.export(self.home, name, fmt, output)
+        self.console.print(f"wrote {result.lines} {fmt} lines to {result.path}")
+        if fmt == "dpo":
+            self.console.print(
+                f"  skipped {result.skipped_no_signal} windows without signal, "
+                f"{result.skipped_no_shared_prompt} pairs without a shared prompt"
+            )
+        return result
+
+    @staticmethod
+    def _window_table(frame: pl.DataFrame) -> Table:
+        windows = (
+            frame.group_by("window_id", "window_start", "split")
+            .agg(group_size=pl.len(), agents=pl.col("window_agents").first(), no_signal=pl.col("no_signal").first(),
+                 pnl_min=pl.col("pnl").min(), pnl_max=pl.col("pnl").max())
+            .sort("window_start", "window_id")
+        )  # fmt: skip
+        table = Table(title="windows (groups)")
+        table.add_column("window", min_width=16)
+        for column in ("split", "group size", "agents in window", "P&L min..max", "no signal"):
+            table.add_column(column)
+        for w in windows.iter_rows(named=True):
+            table.add_row(w["window_id"], w["split"], str(w["group_size"]), str(w["agents"]),
+                          f"{w['pnl_min']:.2f}..{w['pnl_max']:.2f}", "yes" if w["no_signal"] else "")  # fmt: skip
+        return table
+
+    @staticmethod
+    def _sample_table(frame: pl.DataFrame) -> Table:
+        table = Table(title="sample rows")
+        for column in ("trajectory", "window", "agent", "pnl", "rank"):
+            table.add_column(column, overflow="fold")
+        table.add_column("messages", overflow="fold", min_width=20, max_width=60)
+        for r in frame.iter_rows(named=True):
+            text = r["messages"] if len(r["messages"]) <= 120 else r["messages"][:117] + "..."
+            table.add_row(Text(r["trajectory_id"]), r["window_id"], Text(r["agent_id"]), f"{r['pnl']:.2f}", str(r["pnl_rank"]), Text(text))
+        return table
