@@ -16,7 +16,7 @@ from babylon_rl import warehouse
 from babylon_rl.dataset import OUTPUT_COLUMNS, BuildParams, build
 from babylon_rl.dataset.sampling import dropout_rate, eval_window_count, plan
 from babylon_rl.settings import Home
-import factories as f
+from tests import factories as f
 
 # 20 hourly windows of mixed sizes: 3-agent windows are never usable with min_agents=5.
 SIZES = [3, 5, 6, 8, 10, 12, 4, 9, 5, 7, 11, 6, 5, 8, 3, 10, 6, 7, 5, 9]
