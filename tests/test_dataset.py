@@ -170,6 +170,14 @@ def test_ground_truth_never_in_messages(run_cli, home: Path, mixed: pl.DataFrame
         assert f.GROUND_TRUTH_MARKER.encode() not in (home / "datasets/gt" / name).read_bytes()
 
 
+def test_contexts_hold_the_ground_truth_of_exactly_the_kept_windows(run_cli, home: Path, mixed: pl.DataFrame) -> None:
+    ok(run_cli("dataset", "build", "--name", "ctx"))
+    _, train, ev = load(home, "ctx")
+    contexts = pl.read_parquet(home / "datasets/ctx/contexts.parquet")
+    assert set(contexts["window_id"]) == set(train["window_id"]) | set(ev["window_id"])
+    assert contexts["context_text"].str.contains(f.GROUND_TRUTH_MARKER, literal=True).all()
+
+
 def test_window_pinning_and_time_range(run_cli, home: Path, mixed: pl.DataFrame) -> None:
     wanted = [f.window_id(datetime(2025, 1, 15, h)) for h in (2, 3, 5)]
     ok(run_cli("dataset", "build", "--name", "pin", "--windows", ",".join(wanted)))

@@ -35,13 +35,15 @@ def build(home: Home, params: BuildParams, force: bool = False) -> BuildResult:
         if candidates.frame.height == 0:
             raise selection.explain_empty(conn, params)
         snapshot_id, models = selection.source_versions(conn)
+        chosen = sampling.plan(candidates.frame, params)
+        kept = _kept_rows(candidates.frame, chosen)
+        kept = kept.with_columns(selection.fetch_messages(conn, kept["trajectory_id"]).alias("messages"))
+        contexts = selection.fetch_contexts(conn, kept["window_id"])
     finally:
         conn.close()
     anchor = _timestamp(candidates.anchor)
-    chosen = sampling.plan(candidates.frame, params)
-    frames = _split_frames(candidates.frame, chosen)
-    del candidates
-    staged = store.stage(home, frames)
+    frames = _split_frames(kept.select(OUTPUT_COLUMNS), chosen)
+    staged = store.stage(home, frames, contexts)
     try:
         manifest = _manifest(params, chosen, frames, staged.content_hash, snapshot_id, models, anchor)
     except Exception:
@@ -54,13 +56,14 @@ def _timestamp(value: datetime | None) -> str | None:
     return value.strftime("%Y-%m-%dT%H:%M:%S") if value else None
 
 
-def _split_frames(candidates: pl.DataFrame, chosen: sampling.Plan) -> dict[str, pl.DataFrame]:
-    """Gather the kept rows (messages included) once, in output order; train rows come first."""
-    source = candidates.drop("sample_key")
-    gathered = source[chosen.rows["row"]].hstack(chosen.rows.drop("row"))
-    out = gathered.select(OUTPUT_COLUMNS)
+def _kept_rows(candidates: pl.DataFrame, chosen: sampling.Plan) -> pl.DataFrame:
+    """The kept rows in output order (train rows first) with their computed columns, still without messages."""
+    return candidates.drop("sample_key")[chosen.rows["row"]].hstack(chosen.rows.drop("row"))
+
+
+def _split_frames(kept: pl.DataFrame, chosen: sampling.Plan) -> dict[str, pl.DataFrame]:
     n_train = int((chosen.rows["split"] == "train").sum())
-    return {"train": out.slice(0, n_train), "eval": out.slice(n_train)}
+    return {"train": kept.slice(0, n_train), "eval": kept.slice(n_train)}
 
 
 def _counts(frame: pl.DataFrame) -> dict:
@@ -97,7 +100,7 @@ def _manifest(
         "dropout": dropout,
         "source_snapshot_id": snapshot_id,
         "model_versions": models,
-        "files": {split: f"{split}.parquet" for split in store.SPLITS},
+        "files": {split: f"{split}.parquet" for split in store.SPLITS} | {"contexts": store.CONTEXTS},
         "content_hash": content_hash,
         "polars_version": pl.__version__,
     }

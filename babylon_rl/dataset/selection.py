@@ -20,16 +20,16 @@ from babylon_rl.dataset.params import BuildParams
 from babylon_rl.errors import DatasetError, WarehouseError
 from babylon_rl.settings import Home
 
-REQUIRED_MARTS = ("training_samples", "windows")
+REQUIRED_MARTS = ("training_samples", "windows", "window_market_context")
 
-# Every column the dataset takes from the mart, with its output type (fixed, for byte-identical files).
+# Every column the sampler takes from the mart, with its output type (fixed, for byte-identical files).
+# The messages (the bulk of the bytes) are fetched afterwards for the kept rows only.
 SOURCE_COLUMNS: dict[str, pl.DataType] = {
     "trajectory_id": pl.String(),
     "source_id": pl.String(),
     "window_id": pl.String(),
     "window_start": pl.Datetime("us"),
     "agent_id": pl.String(),
-    "messages": pl.String(),
     "pnl": pl.Float64(),
     "win_rate": pl.Float64(),
     "actions": pl.Int64(),
@@ -102,14 +102,46 @@ def load_candidates(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> Can
                CAST('0x' || substr(md5(CAST(?::BIGINT AS VARCHAR) || ':' || base.trajectory_id), 1, 15) AS BIGINT) AS sample_key
         FROM base SEMI JOIN usable USING (window_id)
     """
-    # Messages of a million trajectories exceed 2 GiB: Arrow large string buffers.
-    conn.execute("SET arrow_large_buffer_size = true")
     frame = conn.execute(sql, [*base_params, params.min_agents, params.seed]).pl()
     frame = frame.with_columns(
         [pl.col(name).cast(dtype) for name, dtype in SOURCE_COLUMNS.items()] + [pl.col("sample_key").cast(pl.Int64)]
     )
     anchor = conn.execute("SELECT max(window_start) FROM babylon.windows").fetchone()[0]
     return Candidates(frame=frame, anchor=anchor)
+
+
+def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -> pl.Series:
+    """The messages of the kept trajectories, in the order given: one join, not one query per row."""
+    kept = pl.DataFrame({"ord": pl.arange(0, trajectory_ids.len(), eager=True), "trajectory_id": trajectory_ids})
+    conn.register("kept_rows", kept.to_arrow())
+    try:
+        # Messages of many trajectories can exceed 2 GiB: Arrow large string buffers.
+        conn.execute("SET arrow_large_buffer_size = true")
+        fetched = conn.execute(
+            """SELECT s.messages FROM kept_rows AS k
+               JOIN babylon.training_samples AS s USING (trajectory_id)
+               ORDER BY k.ord"""
+        ).pl()
+    finally:
+        conn.unregister("kept_rows")
+    return fetched["messages"].cast(pl.String())
+
+
+def fetch_contexts(conn: duckdb.DuckDBPyConnection, window_ids: pl.Series) -> pl.DataFrame:
+    """The ground-truth block of each kept window, for the judge (never for the policy)."""
+    windows = pl.DataFrame({"window_id": window_ids.unique().sort()})
+    conn.register("kept_windows", windows.to_arrow())
+    try:
+        frame = conn.execute(
+            """SELECT c.window_id, c.window_start, c.context_text
+               FROM kept_windows AS k JOIN babylon.window_market_context AS c USING (window_id)
+               ORDER BY c.window_id"""
+        ).pl()
+    finally:
+        conn.unregister("kept_windows")
+    return frame.with_columns(
+        pl.col("window_id").cast(pl.String()), pl.col("window_start").cast(pl.Datetime("us")), pl.col("context_text").cast(pl.String())
+    )
 
 
 def explain_empty(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> DatasetError:

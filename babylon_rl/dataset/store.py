@@ -17,6 +17,8 @@ from babylon_rl.settings import Home
 
 SPLITS = ("train", "eval")
 MANIFEST = "manifest.json"
+# The ground truth of every window in the dataset, for the judge only.
+CONTEXTS = "contexts.parquet"
 
 # Fixed writer settings: same rows in, same bytes out.
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, statistics=True, row_group_size=16_384)
@@ -55,8 +57,8 @@ class Staged:
     content_hash: str
 
 
-def stage(home: Home, frames: dict[str, pl.DataFrame]) -> Staged:
-    """Write the split files into a fresh hidden directory inside datasets/."""
+def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame) -> Staged:
+    """Write the split files and the window contexts into a fresh hidden directory inside datasets/."""
     home.datasets.mkdir(parents=True, exist_ok=True)
     directory = home.datasets / f".tmp-{uuid.uuid4().hex}"
     directory.mkdir()
@@ -65,6 +67,8 @@ def stage(home: Home, frames: dict[str, pl.DataFrame]) -> Staged:
         path = directory / f"{split}.parquet"
         frames[split].write_parquet(path, **PARQUET_OPTIONS)
         files.append(path)
+    contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
+    files.append(directory / CONTEXTS)
     return Staged(directory=directory, files=files, content_hash=hash_files(files))
 
 
