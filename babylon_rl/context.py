@@ -16,7 +16,7 @@ from rich.table import Table
 
 from babylon_rl import build, db, readiness, snapshot
 from babylon_rl.judge import compare as judge_compare
-from babylon_rl.judge.score import ScoreOptions, ScoreRun, score_dataset
+from babylon_rl.judge.score import ScoreOptions, ScoreRun, score_dataset, validate
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
 
 
@@ -111,6 +111,7 @@ class BabylonContext:
     # -- judge ------------------------------------------------------------------------
     def score(self, dataset: str, options: ScoreOptions, write_back: bool = False) -> ScoreRun:
         url = require_database_url(self.database_url) if write_back else None
+        validate(self.home, dataset, options)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[stats]}"), TimeElapsedColumn())
         with Progress(*columns, console=self.console) as progress:

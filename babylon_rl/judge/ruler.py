@@ -130,9 +130,9 @@ class RulerJudge:
     async def aclose(self) -> None:
         await self.client.close()
 
-    async def _request(self, messages: list[dict], outcome: GroupOutcome) -> str | None:
+    async def _request(self, messages: list[dict], outcome: GroupOutcome, fmt: int) -> str | None:
         kwargs: dict = {"model": self.model, "messages": messages, "temperature": 0}
-        response_format = RESPONSE_FORMATS[self._format]
+        response_format = RESPONSE_FORMATS[fmt]
         if response_format is not None:
             kwargs["response_format"] = response_format
         outcome.requests += 1
@@ -150,17 +150,18 @@ class RulerJudge:
         attempt, last_error = 0, "no attempt made"
         while attempt < self.settings.attempts:
             attempt += 1
+            fmt = self._format
             try:
-                content = await self._request(messages, outcome)
+                content = await self._request(messages, outcome, fmt)
                 parsed = parse_reply(content, set(ids))
             except InvalidReply as exc:
                 last_error = str(exc)
                 continue
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
                 last_error = describe_error(exc, self.settings.api_key)
-                if self._format + 1 < len(RESPONSE_FORMATS):
-                    self._format += 1  # the endpoint rejects this response_format: use a simpler one
-                    attempt -= 1
+                if fmt + 1 < len(RESPONSE_FORMATS):
+                    self._format = max(self._format, fmt + 1)  # the endpoint rejects this format: use a simpler one
+                    attempt -= 1  # not the judge's fault; bounded by the number of formats
                     continue
                 break
             except openai.APIError as exc:  # the client already retried 429/5xx/timeouts with backoff

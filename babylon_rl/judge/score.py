@@ -115,6 +115,14 @@ def llm_settings(options: ScoreOptions) -> LLMSettings:
                        max_judge_tokens=options.max_judge_tokens)
 
 
+def validate(home: Home, name: str, options: ScoreOptions) -> None:
+    """Raise the one-line ConfigError for an unknown dataset or a missing endpoint/model, before any work."""
+    dataset_dir(home, name)
+    resolved = options.resolved()
+    if resolved.judge != "heuristic":
+        llm_settings(resolved)
+
+
 class Tracker:
     """Counts for the progress display and the summary."""
 
