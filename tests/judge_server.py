@@ -105,6 +105,7 @@ class JudgeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in separate writes
 
             def log_message(self, *args: object) -> None:
                 return None
@@ -126,3 +127,11 @@ class JudgeServer:
                     pass
 
         return Handler
+
+
+if __name__ == "__main__":  # a standalone server for the benchmark: prints its base URL, serves until killed
+    import sys
+
+    with JudgeServer(latency=float(sys.argv[1]) if len(sys.argv) > 1 else 0.0) as standalone:
+        print(standalone.base_url, flush=True)
+        threading.Event().wait()
