@@ -14,6 +14,10 @@ from babylon_rl.context import BabylonContext
 from babylon_rl.dataset import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError
 
+
+from babylon_rl.errors import BabylonError, ConfigError
+from babylon_rl.judge.score import JUDGES, ScoreOptions
+
 F = TypeVar("F", bound=Callable)
 
 
@@ -278,6 +282,48 @@ def dataset_export(obj: BabylonContext, name: str, fmt: str, output: Path | None
       python cli.py dataset export week1 --format jsonl
     """
     obj.dataset_export(name, fmt, output)
+
+
+@cli.command()
+@click.option("--dataset", help="Dataset name under HOME/datasets/.")
+@click.option("--judge", type=click.Choice(JUDGES), default="ruler", show_default=True)
+@click.option("--judge-model", envvar="JUDGE_MODEL", help="Judge model (env JUDGE_MODEL); required for ruler/art-ruler.")
+@click.option("--judge-base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint (env OPENAI_BASE_URL); default OpenAI. Key: OPENAI_API_KEY.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Groups judged at once.")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=60.0, show_default=True, help="Seconds per request.")
+@click.option("--max-retries", type=click.IntRange(0, 10), default=3, show_default=True, help="Retries on 429/5xx/timeouts, with exponential backoff.")
+@click.option("--attempts", type=click.IntRange(1, 10), default=3, show_default=True, help="Requests per group when replies are malformed or have wrong ids.")
+@click.option("--max-judge-tokens", type=click.IntRange(min=1000), default=60000, show_default=True, help="Prompt budget per group; longer transcripts are cut in the middle.")
+@click.option("--price-in", type=click.FloatRange(min=0), default=0.0, show_default=True, help="USD per 1M prompt tokens, for the cost estimate.")
+@click.option("--price-out", type=click.FloatRange(min=0), default=0.0, show_default=True, help="USD per 1M completion tokens.")
+@click.option("--write-back", is_flag=True, help="Also write the scores to the game's trajectories (needs --database-url).")
+@click.option("--report", "report", metavar="NAME", help="Instead of scoring: agreement between the judges that scored dataset NAME.")
+@click.option("--json", "as_json", is_flag=True, help="With --report: machine-readable output.")
+@click.pass_obj
+@error_handler
+def score(obj: BabylonContext, dataset: str | None, report: str | None, as_json: bool, write_back: bool, judge: str,
+          judge_model: str | None, judge_base_url: str | None, **limits) -> None:
+    """Score every trajectory of a dataset in [0, 1] with a judge; cached and resumable.
+
+    \b
+    Writes HOME/datasets/NAME/scores.parquet and scores.json only when every window
+    group is scored; a re-run resumes from HOME/judge_cache and re-sends only what failed.
+    \b
+    Examples:
+      python cli.py score --dataset demo --judge heuristic
+      OPENAI_API_KEY=sk-... python cli.py score --dataset demo --judge ruler --judge-model gpt-4.1-mini --price-in 0.4 --price-out 1.6
+      python cli.py score --dataset demo --judge ruler --judge-model qwen3 --judge-base-url http://127.0.0.1:8000/v1 --concurrency 16
+      python cli.py score --dataset demo --judge art-ruler --judge-model gpt-4.1-mini
+      python cli.py score --report demo --json
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon score --dataset demo --judge heuristic --write-back
+    """
+    if report:
+        obj.score_report(report, as_json)
+        return
+    if not dataset:
+        raise ConfigError("pass --dataset NAME to score, or --report NAME to compare judges")
+    options = ScoreOptions(judge=judge, judge_model=judge_model, base_url=judge_base_url, **limits)
+    obj.score(dataset, options, write_back=write_back)
 
 
 if __name__ == "__main__":

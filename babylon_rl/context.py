@@ -9,25 +9,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-
-from pathlib import Path
-
 import polars as pl
-
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from babylon_rl import build, db, readiness, snapshot
+from babylon_rl import build, dataset, db, readiness, snapshot
 from babylon_rl.errors import ConfigError
-
-
-from babylon_rl import dataset, db
+from babylon_rl.judge import compare as judge_compare
+from babylon_rl.judge.score import ScoreOptions, ScoreRun, score_dataset, validate
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
-
 
 if TYPE_CHECKING:
     from babylon_rl.simulate import SimulationSummary
@@ -259,3 +254,46 @@ class BabylonContext:
             text = r["messages"] if len(r["messages"]) <= 120 else r["messages"][:117] + "..."
             table.add_row(Text(r["trajectory_id"]), r["window_id"], Text(r["agent_id"]), f"{r['pnl']:.2f}", str(r["pnl_rank"]), Text(text))
         return table
+
+
+    # -- judge ------------------------------------------------------------------------
+    def score(self, dataset: str, options: ScoreOptions, write_back: bool = False) -> ScoreRun:
+        url = require_database_url(self.database_url) if write_back else None
+        validate(self.home, dataset, options)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[stats]}"), TimeElapsedColumn())
+        with Progress(*columns, console=self.console) as progress:
+            task = progress.add_task(f"judging {dataset} ({options.judge})", total=None, stats="")
+
+            def on_start(run: ScoreRun) -> None:
+                progress.update(task, total=run.groups, completed=run.cached_groups,
+                                stats=f"{run.cached_groups} cached")
+
+            def on_update(run: ScoreRun) -> None:
+                progress.update(task, completed=run.scored_groups + len(run.failed), stats=(
+                    f"failed {len(run.failed)} | tokens in {run.tokens_in:,} out {run.tokens_out:,} | ${run.cost:,.4f}"))
+
+            run = score_dataset(self.home, dataset, options, on_update=on_update, on_start=on_start)
+        self.console.print(
+            f"{run.trajectories} trajectories in {run.groups} groups scored by {run.judge} ({run.judge_model}, "
+            f"rubric {run.rubric_version}): {run.cached_groups} from the cache, {run.judged_groups} judged with "
+            f"{run.requests} requests, tokens in {run.tokens_in:,} out {run.tokens_out:,}, est. ${run.cost:,.4f}; "
+            f"{run.no_signal_groups} no-signal group(s), {run.truncated} truncated transcript(s) -> {run.path}")
+        if url:
+            updated = judge_compare.write_back(self.home, dataset, run.judge, url)
+            self.console.print(f"wrote {updated} score(s) back to {mask_url(url)} (aiJudgeReward, aiJudgeReasoning)")
+        return run
+
+    def score_report(self, dataset: str, as_json: bool) -> list[judge_compare.Agreement]:
+        rows = judge_compare.compare(self.home, dataset)
+        if as_json:
+            self.console.print_json(json.dumps([vars(r) for r in rows]))
+            return rows
+        table = Table(title=f"judge agreement on {dataset}: mean per-window Spearman")
+        for column in ("scores", "against", "mean Spearman", "windows"):
+            table.add_column(column, justify="right" if column in ("mean Spearman", "windows") else "left")
+        for row in rows:
+            rho = "n/a" if row.mean_spearman is None else f"{row.mean_spearman:+.3f}"
+            table.add_row(row.left, row.right, rho, str(row.windows))
+        self.console.print(table)
+        return rows

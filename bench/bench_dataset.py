@@ -62,6 +62,9 @@ CREATE TABLE babylon.windows AS
 SELECT window_id, window_start, window_start + INTERVAL 1 HOUR AS window_end, count(DISTINCT agent_id) AS agents,
        count(*) AS trajectories, true AS ready
 FROM babylon.training_samples GROUP BY ALL;
+CREATE TABLE babylon.window_market_context AS
+SELECT window_id, window_start, 'ACME opened at $100.00 and closed at $101.50 (+1.50%, BULLISH).' AS context_text
+FROM babylon.windows;
 """
 
 
@@ -97,8 +100,12 @@ def measure(case: str, home: Path, rows: int) -> dict:
         from babylon_rl.settings import Home
         from datetime import datetime
 
-        # Every eligible row is written (no cap, no dropout), so both sides write the same rows.
-        params = BuildParams(name="bench", since=datetime(2000, 1, 1), target_trajectories=rows, max_group_size=1000)
+        if case == "build":
+            # Every eligible row is written (no cap, no dropout), so both sides write the same rows.
+            params = BuildParams(name="bench", since=datetime(2000, 1, 1), target_trajectories=rows, max_group_size=1000)
+        else:
+            # The everyday case: the default target of 1,000 trajectories sampled from all windows.
+            params = BuildParams(name="sample", since=datetime(2000, 1, 1))
         build(Home.resolve(home), params, force=True)
     elapsed = time.perf_counter() - started
     return {"case": case, "seconds": round(elapsed, 2), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
@@ -117,7 +124,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, action="append")
     parser.add_argument("--agents", type=int, action="append", help="agents per window (default 10 and 100)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/brl-bench"))
-    parser.add_argument("--measure", choices=["build", "copy"])
+    parser.add_argument("--measure", choices=["build", "copy", "sample"])
     parser.add_argument("--home", type=Path)
     args = parser.parse_args()
     if args.measure:
@@ -127,7 +134,7 @@ def main() -> None:
     for rows in args.rows or [100_000]:
         for agents in args.agents or [10, 100]:
             home = warehouse_home(args.workdir, rows, agents)
-            for case in ("copy", "build"):
+            for case in ("copy", "build", "sample"):
                 result = run_case(case, home, rows) | {"rows": rows, "windows": -(-rows // agents)}
                 print(json.dumps(result), flush=True)
                 results.append(result)
