@@ -10,11 +10,17 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from babylon_rl import build, db, readiness, snapshot
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
+
+if TYPE_CHECKING:
+    from babylon_rl.train.loop import TrainConfig, TrainResult
+    from babylon_rl.train.tiny import TinyResult, TinySpec
 
 
 @dataclass
@@ -104,3 +110,31 @@ class BabylonContext:
         self.console.print(table)
         self.console.print(report.verdict)
         return report
+
+    # -- training ---------------------------------------------------------------------
+    def model_init_tiny(self, dataset: str, name: str, spec: "TinySpec") -> "TinyResult":
+        from babylon_rl.train.tiny import init_tiny
+
+        self.home.ensure()
+        with self.console.status(f"training a tokenizer and a tiny model on dataset {dataset}") as status:
+            result = init_tiny(self.home, dataset, name, spec,
+                               on_step=lambda step, loss: status.update(f"warm start {step}/{spec.warmup_steps} loss {loss:.3f}"))
+        self.console.print(
+            f"saved {result.path}: {result.parameters:,} parameters, vocabulary {result.vocab_size}, "
+            f"warm-start loss {result.warmup_loss:.3f} ({result.seconds:.1f}s); train it with "
+            f"python cli.py train --dataset {dataset} --base-model {name} --learning-rate 1e-3"
+        )
+        return result
+
+    def train(self, config: "TrainConfig") -> "TrainResult":
+        from babylon_rl.train.loop import train
+
+        self.home.ensure()
+        result = train(self.home, config, self.database_url, self.console)
+        best = f", best {result.best_checkpoint}" if result.best_checkpoint else ""
+        merged = f", merged model {result.merged}" if result.merged else ""
+        self.console.print(
+            f"trained {result.steps}/{result.total_steps} steps on {len(set(result.trained_ids))} trajectories "
+            f"({result.skipped_groups} windows skipped: no reward spread); run {result.run_dir}{best}{merged}"
+        )
+        return result

@@ -33,11 +33,23 @@ class BackendUnavailable(ConfigError):
 
 
 def import_art():
+    """`import art`, undoing its transformers mask patch.
+
+    On import, art 0.5.17 replaces transformers.masking_utils._preprocess_mask_arguments
+    with a wrapper written for transformers 4 (it takes a `cache_position` argument that
+    transformers 5 no longer passes), which breaks every forward pass in the process,
+    including the torch back-end's. We restore the original right after the import.
+    """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from transformers import masking_utils
+
+    original = masking_utils._preprocess_mask_arguments
     try:
         import art
     except ImportError as exc:
         raise BackendUnavailable(f"the ART back-ends need openpipe-art: pip install 'babylon-rl[art]' ({exc.name} missing)") from None
+    finally:
+        masking_utils._preprocess_mask_arguments = original
     return art
 
 

@@ -78,16 +78,14 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
         return TorchTrainer(base_model, TorchOptions(
             learning_rate=config.learning_rate, kl_coef=config.kl_coef, clip_eps=config.clip_eps,
             lora_r=config.lora_r, inner_epochs=config.inner_epochs, seed=config.seed))
-    from babylon_rl.train.art_backend import ArtOptions, ArtTrainer, check_available
+    from babylon_rl.train.art_backend import ArtOptions, ArtTrainer
 
-    if art_factory is None:
-        check_available(config.backend)
     return ArtTrainer(config.backend, base_model, config.name, run.root,
                       ArtOptions(config.learning_rate, config.kl_coef, config.clip_eps), art_factory)
 
 
-def prepare_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
-    """Create the run directory, or on --resume reload the run's own config (seed, batch size, steps)."""
+def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
+    """The run directory and config; on --resume the run's own saved config (seed, batch size, steps)."""
     run = RunDir.for_run(home, validate_name(config.name))
     if config.resume:
         if not run.config.exists():
@@ -96,9 +94,13 @@ def prepare_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
         return run, saved.model_copy(update={"resume": True})
     if run.checkpoint_steps():
         raise ConfigError(f"run {config.name!r} already has checkpoints in {run.checkpoints}: pass --resume to continue it, or a new --run-name")
-    run.root.mkdir(parents=True, exist_ok=True)
-    run.config.write_text(config.model_dump_json(indent=2))
     return run, config
+
+
+def create_run(run: RunDir, config: TrainConfig) -> None:
+    run.root.mkdir(parents=True, exist_ok=True)
+    if not config.resume:
+        run.config.write_text(config.model_dump_json(indent=2))
 
 
 def resolve_model(home: Home, config: TrainConfig) -> str:
@@ -115,9 +117,14 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     hooks = hooks or StepHooks()
 
     # data and run
+    run, config = load_run(home, config)
     data = load_scored_dataset(home, config.dataset)
-    run, config = prepare_run(home, config)
     base_model = resolve_model(home, config)
+    if config.backend != "torch" and art_factory is None:
+        from babylon_rl.train.art_backend import check_available
+
+        check_available(config.backend)
+    create_run(run, config)
     schedule = Schedule(len(data.train), config.groups_per_step, config.seed)
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
 
