@@ -36,7 +36,9 @@ def resolve_base_model(home: Home, value: str) -> str:
 def load_causal_lm(path: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our own rich progress bar is the one to watch
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=offline, dtype=torch.float32)
