@@ -18,6 +18,7 @@ import json
 import random
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -88,7 +89,9 @@ class TorchTrainer:
         base, self.tokenizer = load_causal_lm(base_model)
         lora = LoraConfig(r=options.lora_r, lora_alpha=2 * options.lora_r, lora_dropout=0.0,
                           target_modules="all-linear", task_type="CAUSAL_LM")
-        self.model = get_peft_model(base, lora)
+        with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 deprecated alias
+            warnings.simplefilter("ignore", FutureWarning)
+            self.model = get_peft_model(base, lora)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
 
