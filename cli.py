@@ -326,5 +326,82 @@ def score(obj: BabylonContext, dataset: str | None, report: str | None, as_json:
     obj.score(dataset, options, write_back=write_back)
 
 
+@cli.group()
+def model() -> None:
+    """Local base models for training (HOME/models/NAME/)."""
+
+
+@model.command("init-tiny")
+@click.option("--dataset", required=True, help="Dataset (HOME/datasets/NAME) whose text trains the tokenizer and warm start.")
+@click.option("--name", default="tiny", show_default=True, help="Saved as HOME/models/NAME; pass it as --base-model.")
+@click.option("--hidden", type=click.IntRange(min=8), default=64, show_default=True)
+@click.option("--layers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--heads", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--vocab-size", type=click.IntRange(min=300), default=512, show_default=True)
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=150, show_default=True,
+              help="Supervised steps on the logged answers so the model speaks the action format.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@error_handler
+def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, layers: int, heads: int,
+                    vocab_size: int, warmup_steps: int, seed: int) -> None:
+    """Build a tiny Qwen2-architecture model (~100k-1M parameters) from a dataset, no download.
+
+    \b
+    Trains a byte-level BPE tokenizer with Qwen2's pre-tokenizer and a ChatML template,
+    then warm-starts the model on the logged assistant answers.
+    \b
+    Examples:
+      python cli.py model init-tiny --dataset demo
+      python cli.py model init-tiny --dataset demo --name tiny-wide --hidden 128 --layers 4
+    """
+    obj.model_init_tiny(dataset, name, hidden=hidden, layers=layers, heads=heads, vocab_size=vocab_size,
+                        warmup_steps=warmup_steps, seed=seed)
+
+
+@cli.command()
+@click.option("--dataset", required=True, help="A scored dataset (HOME/datasets/NAME with scores.parquet).")
+@click.option("--backend", type=click.Choice(["torch", "art", "serverless"]), default="torch", show_default=True,
+              help="torch: LoRA on CPU/GPU here; art: ART LocalBackend (NVIDIA GPU); serverless: ART on W&B (WANDB_API_KEY).")
+@click.option("--base-model", default="tiny", show_default=True,
+              help="A local model directory, a name in HOME/models, or a hub id such as Qwen/Qwen2.5-0.5B-Instruct.")
+@click.option("--run-name", help="Letters, digits, - _ . (default DATASET-BACKEND); the run lives in HOME/runs/RUN.")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=5e-6, show_default=True,
+              help="For the tiny model use about 1e-3.")
+@click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: one epoch).")
+@click.option("--epochs", type=click.IntRange(min=1), help="Passes over the training windows; wins over --max-steps.")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=20, show_default=True, help="Windows per step.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--eval-every", type=click.IntRange(min=1), help="Evaluate on eval.parquet every N steps.")
+@click.option("--keep-best", is_flag=True, help="Keep only the best-evaluated checkpoint (and the latest, for --resume).")
+@click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--kl-coef", type=click.FloatRange(min=0), default=0.0, show_default=True, help="KL penalty to the base model.")
+@click.option("--clip-eps", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True)
+@click.option("--lora-r", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--inner-epochs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Updates per batch (PPO-style; the clipped ratio matters from the second).")
+@click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")
+@click.option("--judge", type=click.Choice(["heuristic", "ruler", "art-ruler"]), default="heuristic", show_default=True,
+              help="Judge used to score the dataset first when it has no scores.parquet yet (see `score`).")
+@click.pass_obj
+@error_handler
+def train(obj: BabylonContext, **options) -> None:
+    """Train a policy on a scored dataset (GRPO: one group per window).
+
+    \b
+    Writes HOME/runs/RUN/ (checkpoints/step-N, metrics.csv, wandb/). With --database-url
+    it records training_batches and trained_models and marks trained trajectories.
+    \b
+    Examples:
+      python cli.py model init-tiny --dataset demo
+      python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
+      python cli.py train --dataset demo --run-name demo-1 --resume
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon train --dataset demo \\
+          --backend art --base-model Qwen/Qwen2.5-0.5B-Instruct --epochs 3
+    """
+    obj.train(**options)
+
+
 if __name__ == "__main__":
     cli()

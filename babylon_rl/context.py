@@ -26,6 +26,8 @@ from babylon_rl.settings import Home, mask_url, require_database_url, resolve_da
 
 if TYPE_CHECKING:
     from babylon_rl.simulate import SimulationSummary
+    from babylon_rl.train.loop import TrainResult
+    from babylon_rl.train.tiny import TinyResult
 
 
 @dataclass
@@ -284,6 +286,15 @@ class BabylonContext:
             self.console.print(f"wrote {updated} score(s) back to {mask_url(url)} (aiJudgeReward, aiJudgeReasoning)")
         return run
 
+    def _score_if_missing(self, dataset_name: str, judge: str) -> None:
+        """`train` on a dataset without scores runs the same scoring code as `score` first."""
+        if (dataset.dataset_dir(self.home, dataset_name) / "scores.parquet").exists():
+            return
+        if not dataset.dataset_dir(self.home, dataset_name).exists():
+            return  # the training stage names the unknown dataset
+        self.console.print(f"dataset {dataset_name} has no scores yet: scoring it with the {judge} judge first")
+        self.score(dataset_name, ScoreOptions(judge=judge))
+
     def score_report(self, dataset: str, as_json: bool) -> list[judge_compare.Agreement]:
         rows = judge_compare.compare(self.home, dataset)
         if as_json:
@@ -297,3 +308,42 @@ class BabylonContext:
             table.add_row(row.left, row.right, rho, str(row.windows))
         self.console.print(table)
         return rows
+
+
+    # -- training ---------------------------------------------------------------------
+    def model_init_tiny(self, dataset: str, name: str, **shape) -> "TinyResult":
+        from babylon_rl.train.tiny import TinySpec, init_tiny
+
+        heads = shape["heads"]
+        spec = TinySpec(**shape, kv_heads=max(1, heads // 2) if heads % 2 == 0 else heads, intermediate=2 * shape["hidden"])
+        self.home.ensure()
+        with self.console.status(f"training a tokenizer and a tiny model on dataset {dataset}") as status:
+            result = init_tiny(self.home, dataset, name, spec,
+                               on_step=lambda step, loss: status.update(f"warm start {step}/{spec.warmup_steps} loss {loss:.3f}"))
+        self.console.print(
+            f"saved {result.path}: {result.parameters:,} parameters, vocabulary {result.vocab_size}, "
+            f"warm-start loss {result.warmup_loss:.3f} ({result.seconds:.1f}s); train it with "
+            f"python cli.py train --dataset {dataset} --base-model {name} --learning-rate 1e-3"
+        )
+        return result
+
+    def train(self, judge: str = "heuristic", **options) -> "TrainResult":
+        from pydantic import ValidationError
+
+        from babylon_rl.train.loop import TrainConfig, train
+
+        try:
+            config = TrainConfig(**{key: value for key, value in options.items() if value is not None})
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise ConfigError(f"invalid training options: {error['loc'][0]}: {error['msg']}") from None
+        self.home.ensure()
+        self._score_if_missing(config.dataset, judge)
+        result = train(self.home, config, self.database_url, self.console)
+        best = f", best {result.best_checkpoint}" if result.best_checkpoint else ""
+        merged = f", merged model {result.merged}" if result.merged else ""
+        self.console.print(
+            f"trained {result.steps}/{result.total_steps} steps on {len(set(result.trained_ids))} trajectories "
+            f"({result.skipped_groups} windows skipped: no reward spread); run {result.run_dir}{best}{merged}"
+        )
+        return result

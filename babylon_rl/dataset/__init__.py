@@ -8,9 +8,9 @@ manifest, hashes), build (the whole `dataset build`), export (jsonl / dpo).
 from babylon_rl.dataset.build import OUTPUT_COLUMNS, BuildResult, build
 from babylon_rl.dataset.export import FORMATS, ExportResult, export
 from babylon_rl.dataset.params import BuildParams, validate_name
-from babylon_rl.dataset.store import names, read_manifest, read_split
+from babylon_rl.dataset.store import dataset_dir, names, read_manifest, read_split
 
 __all__ = [
     "FORMATS", "OUTPUT_COLUMNS", "BuildParams", "BuildResult", "ExportResult",
-    "build", "export", "names", "read_manifest", "read_split", "validate_name",
+    "build", "dataset_dir", "export", "names", "read_manifest", "read_split", "validate_name",
 ]  # fmt: skip

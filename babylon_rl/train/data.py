@@ -1,0 +1,187 @@
+"""Scored datasets as GRPO groups: one group per window, advantages from the judge's scores.
+
+A dataset is `HOME/datasets/NAME/{train,eval}.parquet` plus `scores.parquet` written by
+`cli.py score`. The policy sees only the logged `messages` (the agent's system prompt,
+its observations, its answers); the score is the reward. Nothing else enters training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+
+SPREAD_EPS = 1e-6  # a group whose reward std is below this gives no learning signal
+
+
+@dataclass(frozen=True)
+class Sample:
+    trajectory_id: str
+    window_id: str
+    messages: list[dict]
+    reward: float
+
+
+@dataclass(frozen=True)
+class Group:
+    """The trajectories of one window: a fair comparison group."""
+
+    window_id: str
+    samples: tuple[Sample, ...]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+    @property
+    def has_spread(self) -> bool:
+        return len(self.samples) > 1 and float(np.std(self.rewards)) > SPREAD_EPS
+
+    def advantages(self) -> list[float]:
+        """Group-normalised advantages (r - mean) / std, std the population std as in GRPO/ART."""
+        rewards = np.asarray(self.rewards, dtype=np.float64)
+        std = float(rewards.std())
+        if std <= SPREAD_EPS:
+            return [0.0] * len(rewards)
+        return [float(a) for a in (rewards - rewards.mean()) / (std + 1e-6)]
+
+
+@dataclass
+class ScoredDataset:
+    name: str
+    path: Path
+    manifest: dict
+    train: list[Group]
+    eval: list[Group]
+    meta: dict = field(default_factory=dict)
+
+
+def dataset_dir(home: Home, name: str) -> Path:
+    path = home.datasets / name
+    if not (path / "train.parquet").exists():
+        raise ConfigError(f"dataset {name!r} not found at {path}: build it with python cli.py dataset build --name {name}")
+    return path
+
+
+def _score_missing(path: Path, name: str) -> pl.DataFrame:
+    """Hook for datasets without scores.parquet: the integrator connects the judge stage here."""
+    raise ConfigError(
+        f"dataset {name!r} has no scores ({path / 'scores.parquet'} is missing): "
+        f"score it first: python cli.py score --dataset {name} --judge heuristic"
+    )
+
+
+def _read_scores(path: Path, name: str) -> pl.DataFrame:
+    scores_path = path / "scores.parquet"
+    scores = pl.read_parquet(scores_path) if scores_path.exists() else _score_missing(path, name)
+    return scores.select("trajectory_id", pl.col("score").cast(pl.Float64))
+
+
+def _groups(frame: pl.DataFrame) -> list[Group]:
+    groups: list[Group] = []
+    ordered = frame.sort("window_id", "trajectory_id")
+    for (window_id,), part in ordered.group_by("window_id", maintain_order=True):
+        samples = tuple(
+            Sample(row["trajectory_id"], window_id, json.loads(row["messages"]), float(row["score"]))
+            for row in part.iter_rows(named=True)
+        )
+        groups.append(Group(window_id, samples))
+    return groups
+
+
+def load_scored_dataset(home: Home, name: str) -> ScoredDataset:
+    path = dataset_dir(home, name)
+    scores = _read_scores(path, name)
+    manifest_path = path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"name": name}
+    splits = {}
+    for split in ("train", "eval"):
+        file = path / f"{split}.parquet"
+        frame = pl.read_parquet(file, columns=["trajectory_id", "window_id", "messages"]) if file.exists() else None
+        if frame is None or frame.is_empty():
+            splits[split] = []
+            continue
+        joined = frame.join(scores, on="trajectory_id", how="left")
+        unscored = joined.filter(pl.col("score").is_null())
+        if unscored.height:
+            raise ConfigError(
+                f"{unscored.height} {split} trajectories of dataset {name!r} have no score (e.g. "
+                f"{unscored['trajectory_id'][0]}): score it again: python cli.py score --dataset {name} --judge heuristic"
+            )
+        splits[split] = _groups(joined)
+    if not splits["train"]:
+        raise ConfigError(f"dataset {name!r} has no training trajectories in {path / 'train.parquet'}")
+    return ScoredDataset(name, path, manifest, splits["train"], splits["eval"])
+
+
+def dataset_texts(home: Home, name: str) -> list[list[dict]]:
+    """Every conversation of the dataset (train and eval), for tokenizer training and warm start."""
+    path = dataset_dir(home, name)
+    conversations = []
+    for split in ("train", "eval"):
+        file = path / f"{split}.parquet"
+        if file.exists():
+            conversations += [json.loads(m) for m in pl.read_parquet(file, columns=["messages"])["messages"]]
+    return conversations
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which groups each step trains on: epoch-wise seeded permutations, `groups_per_step` at a time.
+
+    The order depends only on (seed, step), so a resumed run sees exactly the batches an
+    uninterrupted one would have seen.
+    """
+
+    n_groups: int
+    groups_per_step: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, math.ceil(self.n_groups / self.groups_per_step))
+
+    def total_steps(self, max_steps: int | None, epochs: int | None) -> int:
+        if epochs:
+            return epochs * self.steps_per_epoch
+        return max_steps if max_steps else self.steps_per_epoch
+
+    def _order(self, epoch: int) -> list[int]:
+        return list(np.random.default_rng([self.seed, epoch]).permutation(self.n_groups))
+
+    def batch(self, step: int) -> list[int]:
+        """Group indices for step `step` (0-based)."""
+        epoch, within = divmod(step, self.steps_per_epoch)
+        order = self._order(epoch)
+        return [int(i) for i in order[within * self.groups_per_step : (within + 1) * self.groups_per_step]]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    input_ids: list[int]
+    assistant_mask: list[int]  # 1 on the tokens of the agent's answers (the chat template's generation spans)
+
+
+def encode_conversation(tokenizer, messages: list[dict], max_length: int) -> Encoded:
+    """Token ids of the whole chat and a mask of the assistant answers, from `{% generation %}` tags.
+
+    Long conversations keep their first `max_length` tokens (system prompt and early turns).
+    """
+    out = tokenizer.apply_chat_template(
+        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    ids = list(out["input_ids"])[:max_length]
+    mask = list(out["assistant_masks"])[:max_length]
+    if not any(mask):
+        raise ConfigError(
+            "the tokenizer's chat template marks no assistant tokens: it needs {% generation %} tags "
+            "(use a model from python cli.py model init-tiny, or a tokenizer whose template has them)"
+        )
+    return Encoded(ids, mask)

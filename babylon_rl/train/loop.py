@@ -1,0 +1,275 @@
+"""The training loop. Read it top to bottom: config, data, model, resume, steps, checkpoints.
+
+One step takes the next `groups_per_step` windows in a seeded order, drops windows whose
+rewards are all equal (no learning signal; counted as skipped), turns the judge's scores
+into group-normalised advantages and updates the policy on the logged conversations.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+from rich.console import Console
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+from babylon_rl.train.data import Group, Schedule, ScoredDataset, load_scored_dataset
+from babylon_rl.train.runs import RunDir, validate_name
+from babylon_rl.train.tracking import Tracker, public_config
+from babylon_rl.train.writeback import WriteBack
+
+
+class TrainConfig(BaseModel):
+    dataset: str
+    backend: Literal["torch", "art", "serverless"] = "torch"
+    base_model: str = "tiny"
+    run_name: str | None = None
+    learning_rate: float = Field(5e-6, gt=0)  # the tiny model needs ~1e-3
+    max_steps: int | None = Field(None, ge=1)
+    epochs: int | None = Field(None, ge=1)  # wins over max_steps
+    groups_per_step: int = Field(20, ge=1)
+    checkpoint_every: int = Field(50, ge=1)
+    eval_every: int | None = Field(None, ge=1)
+    keep_best: bool = False
+    resume: bool = False
+    seed: int = 0
+    kl_coef: float = Field(0.0, ge=0)
+    clip_eps: float = Field(0.2, gt=0)
+    lora_r: int = Field(8, ge=1)
+    inner_epochs: int = Field(1, ge=1)
+    merge: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.run_name or f"{self.dataset}-{self.backend}"
+
+
+@dataclass
+class StepHooks:
+    """Called inside the loop; tests use them to simulate a Ctrl-C at a given step."""
+
+    before_update: Callable[[int], None] = lambda step: None
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    total_steps: int
+    checkpoints: list[Path]
+    best_checkpoint: Path | None
+    merged: Path | None
+    trained_ids: list[str]
+    skipped_groups: int
+    wandb_run_id: str | None
+    eval: dict = field(default_factory=dict)
+
+
+def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=None):
+    if config.backend == "torch":
+        from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
+
+        return TorchTrainer(base_model, TorchOptions(
+            learning_rate=config.learning_rate, kl_coef=config.kl_coef, clip_eps=config.clip_eps,
+            lora_r=config.lora_r, inner_epochs=config.inner_epochs, seed=config.seed))
+    from babylon_rl.train.art_backend import ArtOptions, ArtTrainer
+
+    return ArtTrainer(config.backend, base_model, config.name, run.root,
+                      ArtOptions(config.learning_rate, config.kl_coef, config.clip_eps), art_factory)
+
+
+def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
+    """The run directory and config; on --resume the run's own saved config (seed, batch size, steps)."""
+    run = RunDir.for_run(home, validate_name(config.name))
+    if config.resume:
+        if not run.config.exists():
+            raise ConfigError(f"nothing to resume: run {config.name!r} has no {run.config}; start it without --resume")
+        saved = TrainConfig(**json.loads(run.config.read_text()))
+        return run, saved.model_copy(update={"resume": True})
+    if run.checkpoint_steps():
+        raise ConfigError(f"run {config.name!r} already has checkpoints in {run.checkpoints}: pass --resume to continue it, or a new --run-name")
+    return run, config
+
+
+def create_run(run: RunDir, config: TrainConfig) -> None:
+    run.root.mkdir(parents=True, exist_ok=True)
+    if not config.resume:
+        run.config.write_text(config.model_dump_json(indent=2))
+
+
+def resolve_model(home: Home, config: TrainConfig) -> str:
+    if config.backend == "torch":
+        from babylon_rl.train.models import resolve_base_model
+
+        return resolve_base_model(home, config.base_model)
+    return config.base_model  # ART loads hub ids on its own machine
+
+
+def train(home: Home, config: TrainConfig, database_url: str | None = None, console: Console | None = None,
+          hooks: StepHooks | None = None, art_factory=None) -> TrainResult:
+    console = console or Console()
+    hooks = hooks or StepHooks()
+
+    # data and run
+    run, config = load_run(home, config)
+    data = load_scored_dataset(home, config.dataset)
+    base_model = resolve_model(home, config)
+    if config.backend != "torch" and art_factory is None:
+        from babylon_rl.train.art_backend import check_available
+
+        check_available(config.backend)
+    create_run(run, config)
+    schedule = Schedule(len(data.train), config.groups_per_step, config.seed)
+    total_steps = schedule.total_steps(config.max_steps, config.epochs)
+
+    # model, and where a resumed run left off
+    trainer = make_trainer(config, base_model, run, art_factory)
+    state = {"step": 0, "reward_sum": 0.0, "reward_count": 0, "best": None, "skipped": 0}
+    if config.resume and run.checkpoint_steps():
+        state.update(trainer.load(run.checkpoint(run.checkpoint_steps()[-1])).get("loop", {}))
+        console.print(f"resuming {config.name} from step {state['step']} of {total_steps}")
+
+    writeback = WriteBack(database_url, config.name, base_model) if database_url else None
+    if writeback:
+        writeback.fail_unfinished("interrupted")
+
+    trained_ids: list[str] = []
+    with Tracker(run.root, config.name, public_config(config.model_dump()), data.manifest, console,
+                 total_steps, start_step=state["step"]) as tracker:
+        ctx = _Loop(config, data, run, trainer, writeback, tracker, state, console, base_model)
+        in_flight: int | None = None
+        try:
+            while state["step"] < total_steps:
+                step = state["step"] + 1
+                groups = [data.train[i] for i in schedule.batch(step - 1)]
+                used = [g for g in groups if g.has_spread]
+                rewards = {s.trajectory_id: s.reward for g in used for s in g.samples}
+                if writeback and used:
+                    writeback.start_batch(step, [g.window_id for g in used], rewards)
+                    in_flight = step
+                hooks.before_update(step)
+                stats = trainer.train_step(used) if used else None
+                state["step"] = step
+                state["skipped"] += len(groups) - len(used)
+                state["reward_sum"] += sum(rewards.values())
+                state["reward_count"] += len(rewards)
+                if writeback and used:
+                    writeback.complete_batch(step, list(rewards), stats.loss, None)
+                    in_flight = None
+                trained_ids += list(rewards)
+                tracker.log_step(_metrics(step, schedule, groups, used, stats, config.learning_rate))
+                ctx.after_step(step, total_steps)
+        except KeyboardInterrupt:
+            ctx.on_failure(in_flight, "interrupted", save=True)
+            raise
+        except Exception as exc:
+            ctx.on_failure(in_flight, f"{type(exc).__name__}: {exc}", save=False)
+            raise
+        merged = ctx.merge() if config.merge else None
+
+    return TrainResult(run.root, state["step"], total_steps, [run.checkpoint(s) for s in run.checkpoint_steps()],
+                       ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval)
+
+
+def _metrics(step: int, schedule: Schedule, groups: list[Group], used: list[Group], stats, lr: float) -> dict:
+    rewards = [r for g in used for r in g.rewards]
+    return {
+        "step": step, "epoch": (step - 1) // schedule.steps_per_epoch + 1,
+        "reward_mean": float(np.mean(rewards)) if rewards else 0.0, "reward_std": float(np.std(rewards)) if rewards else 0.0,
+        "groups_used": len(used), "groups_skipped": len(groups) - len(used), "trajectories": len(rewards),
+        "loss": stats.loss if stats else 0.0, "kl": stats.kl if stats else 0.0, "grad_norm": stats.grad_norm if stats else 0.0,
+        "tokens": stats.tokens if stats else 0, "tokens_per_s": round(stats.tokens_per_second, 1) if stats else 0.0,
+        "learning_rate": lr, "step_seconds": round(stats.seconds, 4) if stats else 0.0,
+    }
+
+
+@dataclass
+class _Loop:
+    """Evaluation, checkpoints and their bookkeeping (trained_models rows, --keep-best)."""
+
+    config: TrainConfig
+    data: ScoredDataset
+    run: RunDir
+    trainer: object
+    writeback: WriteBack | None
+    tracker: Tracker
+    state: dict
+    console: Console
+    base_model: str
+    last_eval: dict = field(default_factory=dict)
+
+    def after_step(self, step: int, total: int) -> None:
+        checkpoint_due = step % self.config.checkpoint_every == 0 or step == total
+        eval_due = bool(self.config.eval_every and step % self.config.eval_every == 0)
+        if eval_due or (checkpoint_due and (self.config.keep_best or self.config.eval_every)):
+            self.last_eval = self.trainer.evaluate(self.data.eval)
+            self.tracker.log_eval(step, self.last_eval)
+        if checkpoint_due:
+            self.checkpoint(step)
+
+    def checkpoint(self, step: int) -> Path:
+        path = self.run.checkpoint(step)
+        key = f"step-{step}"
+        if self.writeback:
+            self.writeback.model_training(key, key, str(path), step, self.tracker.wandb_run_id)
+        try:
+            self.trainer.save(path, {"step": step, "eval": self.last_eval, "loop": dict(self.state)})
+        except BaseException:
+            if self.writeback:
+                self.writeback.model_finished(key, "failed", None, None)
+            raise
+        if self.writeback:
+            self.writeback.model_finished(key, "ready", self._avg_reward(), self.last_eval or None)
+        if self.config.keep_best:
+            self._keep_best(step)
+        return path
+
+    def _avg_reward(self) -> float | None:
+        count = self.state["reward_count"]
+        return self.state["reward_sum"] / count if count else None
+
+    def _keep_best(self, step: int) -> None:
+        """Keep the checkpoint with the best eval margin and the latest (needed by --resume); delete the rest."""
+        margin = self.last_eval.get("margin")
+        best = self.state.get("best")
+        if margin is not None and (best is None or margin > best["margin"]):
+            self.state["best"] = {"step": step, "margin": margin}
+            self.run.best.write_text(json.dumps(self.state["best"]))
+            # the saved state must know it is the best, for a later resume
+            state_file = self.run.checkpoint(step) / "state.json"
+            saved = json.loads(state_file.read_text())
+            saved["loop"]["best"] = self.state["best"]
+            state_file.write_text(json.dumps(saved, indent=2, default=str))
+        keep = {step} | ({self.state["best"]["step"]} if self.state.get("best") else set())
+        for old in self.run.checkpoint_steps():
+            if old not in keep:
+                shutil.rmtree(self.run.checkpoint(old))
+                if self.writeback:
+                    self.writeback.model_finished(f"step-{old}", "archived", None, None)
+
+    def best_path(self) -> Path | None:
+        best = self.state.get("best")
+        return self.run.checkpoint(best["step"]) if best else None
+
+    def on_failure(self, in_flight: int | None, error: str, save: bool) -> None:
+        if self.writeback and in_flight is not None:
+            self.writeback.fail_batch(in_flight, error)
+        if save and self.state["step"] > 0 and self.state["step"] not in self.run.checkpoint_steps():
+            self.checkpoint(self.state["step"])
+            self.console.print(f"interrupted: saved {self.run.checkpoint(self.state['step'])}; continue with --resume")
+
+    def merge(self) -> Path:
+        key = "merged"
+        if self.writeback:
+            self.writeback.model_training(key, f"step-{self.state['step']}-merged", str(self.run.merged),
+                                          self.state["step"], self.tracker.wandb_run_id)
+        path = self.trainer.save_merged(self.run.merged)
+        if self.writeback:
+            self.writeback.model_finished(key, "ready", self._avg_reward(), self.last_eval or None)
+        return path

@@ -1,0 +1,58 @@
+"""Finding and loading a base model: a local path, a model in HOME/models/, or a Hugging Face hub id."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+
+SMALL_MODEL_PARAMETERS = 5_000_000  # below this one CPU thread is faster than several (no contention)
+
+
+def resolve_base_model(home: Home, value: str) -> str:
+    """A directory path for local models, else the hub id (checked to be loadable)."""
+    for candidate in (Path(value).expanduser(), home.models / value):
+        if (candidate / "config.json").exists():
+            return str(candidate.resolve())
+    if Path(value).expanduser().exists():
+        raise ConfigError(f"{value} has no config.json: it is not a Hugging Face model directory")
+    from transformers import AutoConfig
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        AutoConfig.from_pretrained(value, local_files_only=offline)
+    except (OSError, ValueError):
+        where = "not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE=1)" if offline else "cannot be downloaded"
+        raise ConfigError(
+            f"base model {value!r} is not a local model directory, not in {home.models} and {where}: "
+            "create a local one with python cli.py model init-tiny --dataset NAME (then --base-model tiny), "
+            "or set HF_HUB_OFFLINE=0 on a machine with network"
+        ) from None
+    return value
+
+
+def load_causal_lm(path: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own rich progress bar is the one to watch
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=offline, dtype=torch.float32)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    set_threads(model)
+    return model, tokenizer
+
+
+def set_threads(model) -> None:
+    import torch
+
+    wanted = os.environ.get("BABYLON_RL_TORCH_THREADS")
+    if wanted:
+        torch.set_num_threads(int(wanted))
+    elif sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMETERS:
+        torch.set_num_threads(1)

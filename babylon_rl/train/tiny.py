@@ -1,0 +1,187 @@
+"""A tiny Qwen2-architecture model trained from the dataset itself, for the quickstart and tests.
+
+`init_tiny` trains a byte-level BPE tokenizer on the dataset's conversations with Qwen2's
+own pre-tokenizer (so transformers reloads it unchanged), gives it a ChatML template with
+`{% generation %}` tags (assistant masks), builds a ~100k-1M parameter Qwen2 model from
+config and warm-starts it with supervised fine-tuning on the logged assistant answers so
+that it already answers in the game's JSON action format. Saved to HOME/models/NAME/.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+from babylon_rl.train.data import dataset_texts, encode_conversation
+from babylon_rl.train.models import set_threads
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# ChatML as Qwen2 uses it; the assistant answer and its end marker are the trainable span.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{% generation %}{{- message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{%- else %}"
+    "{{- message['content'] + '<|im_end|>' }}"
+    "{%- endif %}"
+    "{{- '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    vocab_size: int = 512
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 128
+    max_positions: int = 1024
+    warmup_steps: int = 150
+    warmup_lr: float = 3e-3
+    batch_size: int = 8
+    max_length: int = 512
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TinyResult:
+    path: Path
+    parameters: int
+    vocab_size: int
+    warmup_loss: float
+    seconds: float
+
+
+def conversation_text(messages: list[dict]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages)
+
+
+def train_tokenizer(conversations: list[list[dict]], vocab_size: int):
+    """A Qwen2Tokenizer whose BPE vocabulary and merges are learnt from the conversations."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator((conversation_text(c) for c in conversations), trainer=trainer)
+    spec = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in spec["merges"]]
+    tokenizer = Qwen2Tokenizer(
+        vocab=spec["vocab"],
+        merges=merges,
+        unk_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_model(tokenizer, spec: TinySpec):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(spec.seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec, on_step=None) -> float:
+    """Supervised fine-tuning on the assistant tokens only; returns the last loss."""
+    import torch
+
+    encoded = [encode_conversation(tokenizer, c, spec.max_length) for c in conversations]
+    rng = random.Random(spec.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr, weight_decay=0.0)
+    model.train()
+    loss_value = float("nan")
+    for step in range(spec.warmup_steps):
+        batch = rng.sample(encoded, min(spec.batch_size, len(encoded)))
+        width = max(len(e.input_ids) for e in batch)
+        pad = tokenizer.pad_token_id
+        ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in batch])
+        mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in batch])
+        attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in batch])
+        labels = ids.masked_fill(mask == 0, -100)
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        loss_value = float(loss.detach())
+        if on_step:
+            on_step(step + 1, loss_value)
+    model.eval()
+    return loss_value
+
+
+def _validate_name(name: str) -> None:
+    from babylon_rl.train.runs import validate_name
+
+    validate_name(name, "model name")
+
+
+def init_tiny(home: Home, dataset: str, name: str, spec: TinySpec, on_step=None) -> TinyResult:
+    _validate_name(name)
+    started = time.monotonic()
+    conversations = dataset_texts(home, dataset)
+    if not conversations:
+        raise ConfigError(f"dataset {dataset!r} has no conversations to learn from")
+    tokenizer = train_tokenizer(conversations, spec.vocab_size)
+    model = build_model(tokenizer, spec)
+    set_threads(model)
+    loss = warm_start(model, tokenizer, conversations, spec, on_step)
+    target = home.models / name
+    tmp = home.models / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "babylon_tiny.json").write_text(json.dumps({"dataset": dataset, "spec": spec.__dict__, "warmup_loss": loss}, indent=2))
+    if target.exists():
+        old = home.models / f".{name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(target)
+    params = sum(p.numel() for p in model.parameters())
+    return TinyResult(target, params, len(tokenizer), loss, time.monotonic() - started)

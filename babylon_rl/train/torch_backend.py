@@ -1,0 +1,301 @@
+"""The torch back-end: any Hugging Face causal LM with a LoRA adapter, trained on CPU or GPU.
+
+Objective (GRPO with PPO clipping), per trajectory i of a group with advantage A_i and
+per assistant token t:
+    ratio_t = exp(logp_t - logp_old_t)
+    loss_t  = -min(ratio_t * A_i, clip(ratio_t, 1 - eps, 1 + eps) * A_i) + kl_coef * KL_t
+where logp_old is the policy before this step's first inner epoch (so the ratio is 1 with
+one inner epoch) and KL_t is the k3 estimator against the base model, computed with the
+adapter switched off (`disable_adapter`), so no second copy of the model is kept. Token
+losses are averaged per trajectory (only assistant tokens, from the chat template's
+generation masks), then over the step's trajectories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.train.data import Encoded, Group, encode_conversation
+from babylon_rl.train.models import load_causal_lm
+
+ADAPTER_FILE = "adapter_model.safetensors"
+TRAINER_STATE = "trainer_state.pt"
+STATE_JSON = "state.json"
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that cannot be used; the message names the file."""
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    learning_rate: float = 5e-6
+    kl_coef: float = 0.0
+    clip_eps: float = 0.2
+    lora_r: int = 8
+    inner_epochs: int = 1
+    micro_batch: int = 8
+    max_length: int = 2048
+    max_grad_norm: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class StepStats:
+    loss: float
+    kl: float
+    grad_norm: float
+    tokens: int
+    trained_tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _Item:
+    encoded: Encoded
+    advantage: float
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class TorchTrainer:
+    def __init__(self, base_model: str, options: TorchOptions) -> None:
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        self.options = options
+        self.base_model = base_model
+        torch.manual_seed(options.seed)
+        base, self.tokenizer = load_causal_lm(base_model)
+        lora = LoraConfig(r=options.lora_r, lora_alpha=2 * options.lora_r, lora_dropout=0.0,
+                          target_modules="all-linear", task_type="CAUSAL_LM")
+        with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 deprecated alias
+            warnings.simplefilter("ignore", FutureWarning)
+            self.model = get_peft_model(base, lora)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
+
+    # -- tensors ------------------------------------------------------------------------
+    def encode(self, messages: list[dict]) -> Encoded:
+        return encode_conversation(self.tokenizer, messages, self.options.max_length)
+
+    def _batch(self, encoded: list[Encoded]):
+        import torch
+
+        width = max(len(e.input_ids) for e in encoded)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in encoded])
+        attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in encoded])
+        mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in encoded])
+        return ids, attention, mask[:, 1:].float()
+
+    def _token_logprobs(self, ids, attention):
+        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+        return logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+    def sequence_logprobs(self, conversations: list[list[dict]]) -> list[float]:
+        """Mean log-probability per assistant token of each conversation under the current policy."""
+        import torch
+
+        out: list[float] = []
+        self.model.eval()
+        with torch.no_grad():
+            for start in range(0, len(conversations), self.options.micro_batch):
+                encoded = [self.encode(m) for m in conversations[start : start + self.options.micro_batch]]
+                ids, attention, mask = self._batch(encoded)
+                logp = self._token_logprobs(ids, attention)
+                out += ((logp * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
+        return out
+
+    # -- one step -----------------------------------------------------------------------
+    def train_step(self, groups: list[Group]) -> StepStats:
+        import torch
+
+        started = time.monotonic()
+        items = [_Item(self.encode(s.messages), a) for g in groups for s, a in zip(g.samples, g.advantages())]
+        chunks = [items[i : i + self.options.micro_batch] for i in range(0, len(items), self.options.micro_batch)]
+        tensors = [self._batch([it.encoded for it in chunk]) for chunk in chunks]
+        advantages = [torch.tensor([it.advantage for it in chunk]).unsqueeze(1) for chunk in chunks]
+        old, ref = self._reference_logprobs(tensors)
+        self.model.train()
+        total_loss = total_kl = 0.0
+        grad_norm = 0.0
+        for _ in range(self.options.inner_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for (ids, attention, mask), adv, old_lp, ref_lp in zip(tensors, advantages, old, ref):
+                loss, kl = self._loss(ids, attention, mask, adv, old_lp, ref_lp, len(items))
+                loss.backward()
+                total_loss += float(loss.detach()) / self.options.inner_epochs
+                total_kl += kl / self.options.inner_epochs
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.options.max_grad_norm))
+            self.optimizer.step()
+        self.model.eval()
+        tokens = sum(len(it.encoded.input_ids) for it in items)
+        trained = sum(sum(it.encoded.assistant_mask) for it in items)
+        return StepStats(total_loss, total_kl, grad_norm, tokens, trained, time.monotonic() - started)
+
+    def _reference_logprobs(self, tensors):
+        """Old-policy log-probs (for the ratio; None = this epoch's detached values) and base-model ones for KL."""
+        import torch
+
+        old, ref = [], []
+        with torch.no_grad():
+            for ids, attention, _ in tensors:
+                old.append(self._token_logprobs(ids, attention) if self.options.inner_epochs > 1 else None)
+                if self.options.kl_coef > 0:
+                    with self.model.disable_adapter():
+                        ref.append(self._token_logprobs(ids, attention))
+                else:
+                    ref.append(None)
+        return old, ref
+
+    def _loss(self, ids, attention, mask, adv, old_lp, ref_lp, n_items: int):
+        import torch
+
+        logp = self._token_logprobs(ids, attention)
+        old_lp = logp.detach() if old_lp is None else old_lp
+        ratio = torch.exp(logp - old_lp)
+        eps = self.options.clip_eps
+        per_token = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+        kl_value = 0.0
+        if ref_lp is not None:
+            delta = ref_lp - logp
+            kl = torch.exp(delta) - delta - 1
+            per_token = per_token + self.options.kl_coef * kl
+            kl_value = float(((kl.detach() * mask).sum(1) / mask.sum(1).clamp(min=1)).sum()) / n_items
+        per_seq = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
+        return per_seq.sum() / n_items, kl_value
+
+    # -- eval ---------------------------------------------------------------------------
+    def evaluate(self, groups: list[Group]) -> dict[str, float]:
+        """Eval metric `margin`: per eval window with a reward spread, the mean assistant-token
+        log-prob of the best-scored trajectory minus that of the worst-scored; averaged over
+        windows. Higher means the policy prefers what the judge preferred."""
+        pairs = []
+        for group in groups:
+            if not group.has_spread:
+                continue
+            ordered = sorted(group.samples, key=lambda s: s.reward)
+            pairs.append((ordered[-1].messages, ordered[0].messages))
+        if not pairs:
+            return {}
+        best = self.sequence_logprobs([p[0] for p in pairs])
+        worst = self.sequence_logprobs([p[1] for p in pairs])
+        margins = [b - w for b, w in zip(best, worst)]
+        return {"margin": float(np.mean(margins)), "best_logprob": float(np.mean(best)), "windows": len(pairs)}
+
+    # -- checkpoints --------------------------------------------------------------------
+    def save(self, directory: Path, state: dict) -> Path:
+        """Adapter + tokenizer + optimizer/RNG state, written to a temp dir and renamed into place."""
+        import torch
+
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+        torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / TRAINER_STATE)
+        files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        meta = {**state, "base_model": self.base_model, "options": asdict(self.options), "files": files}
+        (tmp / STATE_JSON).write_text(json.dumps(meta, indent=2, default=str))
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+        return directory
+
+    def load(self, directory: Path) -> dict:
+        """Restore adapter, optimizer and RNG from a checkpoint; refuse a damaged one, naming the file."""
+        import torch
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        state = read_checkpoint_state(directory)
+        adapter = directory / ADAPTER_FILE
+        try:
+            set_peft_model_state_dict(self.model, load_file(str(adapter)))
+        except Exception as exc:  # safetensors/torch raise several types for damaged files
+            raise CheckpointError(f"checkpoint file {adapter} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
+        trainer_file = directory / TRAINER_STATE
+        try:
+            saved = torch.load(trainer_file, weights_only=False)
+            self.optimizer.load_state_dict(saved["optimizer"])
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint file {trainer_file} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
+        torch.set_rng_state(saved["rng"]["torch"])
+        random.setstate(saved["rng"]["python"])
+        np.random.set_state(saved["rng"]["numpy"])
+        return state
+
+    def save_merged(self, directory: Path) -> Path:
+        """The base model with the adapter folded in (a plain HF model), next to the checkpoints."""
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        merged = self.model.merge_and_unload()
+        merged.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+        return directory
+
+
+def read_checkpoint_state(directory: Path) -> dict:
+    """state.json of a checkpoint after checking every file against its recorded sha256."""
+    state_file = directory / STATE_JSON
+    try:
+        state = json.loads(state_file.read_text())
+        files = state["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckpointError(f"checkpoint file {state_file} is missing or corrupted: delete {directory} or start a new run") from None
+    for name, digest in files.items():
+        path = directory / name
+        if not path.exists() or sha256(path) != digest:
+            raise CheckpointError(f"checkpoint file {path} is corrupted (checksum mismatch or missing): delete {directory} or start a new run")
+    return state
+
+
+def load_for_generation(checkpoint: Path):
+    """A saved adapter on its base model, with the checkpoint's tokenizer, ready to generate."""
+    from peft import PeftConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = PeftConfig.from_pretrained(str(checkpoint))
+    base = AutoModelForCausalLM.from_pretrained(config.base_model_name_or_path)
+    model = PeftModel.from_pretrained(base, str(checkpoint))
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(str(checkpoint))
+
+
+def generate_answer(model, tokenizer, messages: list[dict], max_new_tokens: int = 48) -> str:
+    """Greedy answer of the model to a chat ending with a user turn."""
+    import torch
+
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    return tokenizer.decode(out[0, len(ids):], skip_special_tokens=True).strip()
