@@ -63,7 +63,7 @@ SELECT window_id, window_start, window_start + INTERVAL 1 HOUR AS window_end, co
        count(*) AS trajectories, true AS ready
 FROM babylon.training_samples GROUP BY ALL;
 CREATE TABLE babylon.window_market_context AS
-SELECT window_id, window_start, 'ACME opened at $100.00 and closed at $101.50 (+1.50%, BULLISH).' AS context_text
+SELECT window_id, window_start, 'ACME opened at $100.00 and closed at $101.50 (+1.50%, BULLISH).' AS context_text, '[]' AS stocks_json, '[]' AS prediction_markets_json
 FROM babylon.windows;
 """
 

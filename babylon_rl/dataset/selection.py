@@ -133,14 +133,15 @@ def fetch_contexts(conn: duckdb.DuckDBPyConnection, window_ids: pl.Series) -> pl
     conn.register("kept_windows", windows.to_arrow())
     try:
         frame = conn.execute(
-            """SELECT c.window_id, c.window_start, c.context_text
+            """SELECT c.window_id, c.window_start, c.context_text, c.stocks_json, c.prediction_markets_json
                FROM kept_windows AS k JOIN babylon.window_market_context AS c USING (window_id)
                ORDER BY c.window_id"""
         ).pl()
     finally:
         conn.unregister("kept_windows")
     return frame.with_columns(
-        pl.col("window_id").cast(pl.String()), pl.col("window_start").cast(pl.Datetime("us")), pl.col("context_text").cast(pl.String())
+        pl.col("window_start").cast(pl.Datetime("us")),
+        *(pl.col(name).cast(pl.String()) for name in ("window_id", "context_text", "stocks_json", "prediction_markets_json")),
     )
 
 
