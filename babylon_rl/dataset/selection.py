@@ -117,9 +117,13 @@ def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -
     try:
         # Messages of many trajectories can exceed 2 GiB: Arrow large string buffers.
         conn.execute("SET arrow_large_buffer_size = true")
+        # IN (subquery) makes the few kept ids the hash-join build side; the mart's messages only stream past.
         fetched = conn.execute(
-            """SELECT s.messages FROM kept_rows AS k
-               JOIN babylon.training_samples AS s USING (trajectory_id)
+            """WITH kept_messages AS (
+                   SELECT trajectory_id, messages FROM babylon.training_samples
+                   WHERE trajectory_id IN (SELECT trajectory_id FROM kept_rows)
+               )
+               SELECT m.messages FROM kept_rows AS k JOIN kept_messages AS m USING (trajectory_id)
                ORDER BY k.ord"""
         ).pl()
     finally:
