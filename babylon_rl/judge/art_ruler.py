@@ -18,7 +18,6 @@ Scores outside [0, 1] on a 0-10 or 0-100 scale are rescaled, then clipped.
 from __future__ import annotations
 
 import json
-import os
 
 import httpx
 from openai import AsyncOpenAI
