@@ -164,4 +164,5 @@ def load_postgres_scanner(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
         tmp = target.with_suffix(".tmp")
         shutil.copyfile(shipped, tmp)
         tmp.replace(target)
-    conn.execute(f"LOAD '{str(target).replace("'", "''")}'")
+    quoted = str(target).replace("'", "''")
+    conn.execute(f"LOAD '{quoted}'")
