@@ -137,7 +137,7 @@ calls_merged AS (
     COALESCE(
       CASE
         WHEN s.epoch_ms BETWEEN 0 AND 253402300799999
-        THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * CAST(s.epoch_ms AS BIGINT)
+        THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * s.epoch_ms
       END,
       l.call_time
     ) AS call_time,

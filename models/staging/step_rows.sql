@@ -122,7 +122,7 @@ SELECT
   step_shape,
   CASE
     WHEN epoch_ms BETWEEN 0 AND 253402300799999
-    THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * CAST(epoch_ms AS BIGINT)
+    THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * epoch_ms
   END AS step_time,
   agent_balance,
   agent_pnl,
