@@ -81,15 +81,15 @@ call_turns AS (
     call_index,
     call_time,
     call_id,
-    CONCAT_WS(
-      ', ',
+    COALESCE(
       CASE
         WHEN system_prompt IS NOT NULL AND system_prompt IS DISTINCT FROM previous_system_prompt
-        THEN '{"role": "system", "content": ' || @json_quote(system_prompt) || '}'
+        THEN '{"role": "system", "content": ' || @json_quote(system_prompt) || '}, '
       END,
-      NULLIF(SUBSTRING(input_turns_json, 2, LENGTH(input_turns_json) - 2), ''),
-      '{"role": "assistant", "content": ' || @json_quote(COALESCE(response, '')) || '}'
-    ) AS turns
+      ''
+    )
+    || COALESCE(NULLIF(SUBSTRING(input_turns_json, 2, LENGTH(input_turns_json) - 2), '') || ', ', '')
+    || '{"role": "assistant", "content": ' || @json_quote(COALESCE(response, '')) || '}' AS turns
   FROM calls_in_order
 ),
 
