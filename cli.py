@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from functools import wraps
 from typing import Callable, TypeVar
 
 import click
 
 from babylon_rl.context import BabylonContext
+from babylon_rl.dataset import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError
+
+
+from babylon_rl.errors import BabylonError, ConfigError
+from babylon_rl.judge.score import JUDGES, ScoreOptions
 
 F = TypeVar("F", bound=Callable)
 
@@ -79,6 +85,245 @@ def db_status(obj: BabylonContext) -> None:
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon db status
     """
     obj.db_status()
+
+
+@cli.command()
+@click.option("--full", is_flag=True, help="Re-copy every row instead of only rows past the last watermark.")
+@click.pass_obj
+@error_handler
+def snapshot(obj: BabylonContext, full: bool) -> None:
+    """Copy the game tables from PostgreSQL into the warehouse's raw schema.
+
+    \b
+    Incremental: only rows changed since the last snapshot (minus a safety margin)
+    are copied and upserted on their primary key.
+    \b
+    Example:
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon snapshot
+    """
+    obj.snapshot(full=full)
+
+
+@cli.command()
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="Seconds to wait for another running build before giving up.")
+@click.option("--full-snapshot", is_flag=True, help="Re-copy every source row before building.")
+@click.pass_obj
+@error_handler
+def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool) -> None:
+    """Snapshot the game database (if given), apply the SQLMesh models, publish the marts.
+
+    \b
+    Windows that received late rows are rebuilt. The marts are then written to
+    HOME/exports/*.parquet, which can be queried while the next build runs.
+    \b
+    Examples:
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon build
+      python cli.py build --wait 600      # after simulate --target duckdb
+    """
+    obj.build(wait_seconds=wait_seconds, full_snapshot=full_snapshot)
+
+
+@cli.command()
+@click.pass_obj
+@error_handler
+def export(obj: BabylonContext) -> None:
+    """Write the marts to HOME/exports/*.parquet for readers that must not lock the warehouse.
+
+    \b
+    Example:
+      python cli.py export && duckdb -c "SELECT * FROM '.babylon/exports/windows.parquet' LIMIT 5"
+    """
+    obj.export()
+
+
+@cli.command()
+@click.option("--lookback-hours", type=click.IntRange(min=1), default=168, show_default=True)
+@click.option("--min-agents", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--as-of", type=click.DateTime(["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"]),
+              help="End of the lookback (UTC). Default: now.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+@error_handler
+def windows(obj: BabylonContext, lookback_hours: int, min_agents: int, as_of, as_json: bool) -> None:
+    """Readiness report: recent windows, agents per window, how many can form a training group.
+
+    \b
+    Example:
+      python cli.py windows --lookback-hours 24 --min-agents 5
+    """
+    obj.windows(lookback_hours, min_agents, as_of, as_json)
+
+
+@cli.command("simulate")
+@click.option("--agents", type=click.IntRange(min=1), default=20, show_default=True, help="Agents; each plays every window.")
+@click.option("--windows", type=click.IntRange(min=1), default=24, show_default=True, help="Windows to simulate.")
+@click.option("--window-hours", type=click.IntRange(min=1), default=1, show_default=True, help="Hours per window.")
+@click.option("--steps-per-window", type=click.IntRange(min=1), default=10, show_default=True, help="Actions per agent per window.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Same seed and start give the same rows.")
+@click.option("--start", type=click.DateTime(formats=["%Y-%m-%dT%H:%M"]), default=None,
+              help="UTC start of the first window, YYYY-MM-DDTHH:MM. Default: after the newest window in the target, else so the history ends now.")
+@click.option("--rich-share", type=click.FloatRange(0, 1), default=0.3, show_default=True, help="Share of trajectories in the plugin step shape.")
+@click.option("--dirt-rate", type=click.FloatRange(0, 1), default=0.02, show_default=True, help="Rate of each kind of production flaw; 0 = clean.")
+@click.option("--target", type=click.Choice(["postgres", "duckdb"]), default=None,
+              help="Where to write. Default: postgres when a database URL is given, else the DuckDB warehouse.")
+@click.pass_obj
+@error_handler
+def simulate(obj: BabylonContext, **options) -> None:
+    """Write a realistic, deterministic game history (trajectories, LLM calls, market outcomes).
+
+    \b
+    Examples:
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon simulate --agents 50 --windows 24 --seed 7
+      python cli.py simulate --target duckdb --agents 8 --windows 6 --start 2025-01-15T10:00
+    """
+    obj.simulate(**options)
+
+
+def _window_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+_TIME = click.DateTime(["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"])
+
+
+@cli.group()
+def dataset() -> None:
+    """Build versioned training datasets from the marts (datasets/NAME/)."""
+
+
+@dataset.command("build")
+@click.option("--name", required=True, help="Dataset name: letters, digits, '-', '_', '.'; written to datasets/NAME/.")
+@click.option("--min-agents", default=5, show_default=True, help="A window is a usable group only with at least this many distinct agents.")
+@click.option("--lookback-hours", default=168, show_default=True,
+              help="Use windows starting within this many hours of the NEWEST window in the warehouse "
+                   "(not of the wall clock, so simulated or old history works). Ignored with --windows/--since/--until.")
+@click.option("--target-trajectories", default=1000, show_default=True, help="Sample down to about this many trajectories (bounded by --max-dropout).")
+@click.option("--max-dropout", default=0.3, show_default=True, help="Never drop more than this fraction, in [0, 1).")
+@click.option("--max-group-size", default=8, show_default=True, help="Keep at most this many trajectories per window (chosen by the seed).")
+@click.option("--min-actions", default=5, show_default=True, help="Skip trajectories with fewer actions.")
+@click.option("--seed", default=0, show_default=True, help="Seed of every random choice; same seed and data give byte-identical files.")
+@click.option("--eval-fraction", default=0.1, show_default=True, help="Fraction of windows (the latest) held out whole for eval, in [0, 1).")
+@click.option("--windows", callback=_window_list, help="Only these windows, comma separated: 2025-01-15T10:00,2025-01-15T11:00.")
+@click.option("--since", type=_TIME, help="Only windows starting at or after this UTC time.")
+@click.option("--until", type=_TIME, help="Only windows starting before this UTC time.")
+@click.option("--include-used", is_flag=True, help="Also use trajectories already used in training.")
+@click.option("--force", is_flag=True, help="Replace an existing dataset of this name (swapped in atomically).")
+@click.pass_obj
+@error_handler
+def dataset_build(obj: BabylonContext, force: bool, **options) -> None:
+    """Select windows, apply dropout inside them, split train/eval by window, write Parquet + manifest.
+
+    The dropout rate is min(max_dropout, 1 - target/available); it is taken inside
+    windows without leaving any group below --min-agents (whole windows go instead).
+    The latest windows are the eval split.
+
+    \b
+    Examples:
+      python cli.py dataset build --name week1
+      python cli.py dataset build --name pinned --windows 2025-01-15T10:00,2025-01-15T11:00 --min-agents 3 --seed 7
+      python cli.py dataset build --name jan --since 2025-01-01 --until 2025-02-01 --include-used --force
+    """
+    obj.dataset_build(BuildParams(**options), force=force)
+
+
+@dataset.command("list")
+@click.pass_obj
+@error_handler
+def dataset_list(obj: BabylonContext) -> None:
+    """List the datasets with their sizes, dropout and content hash.
+
+    \b
+    Example:
+      python cli.py dataset list
+    """
+    obj.dataset_list()
+
+
+@dataset.command("show")
+@click.argument("name")
+@click.option("--samples", default=3, show_default=True, help="How many sample rows to print.")
+@click.pass_obj
+@error_handler
+def dataset_show(obj: BabylonContext, name: str, samples: int) -> None:
+    """Show a dataset's manifest, its windows (group sizes) and a few rows.
+
+    \b
+    Example:
+      python cli.py dataset show week1
+    """
+    obj.dataset_show(name, samples=samples)
+
+
+@dataset.command("export")
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="dpo or jsonl (see above).")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), help="Output file. Default HOME/exports/NAME.FORMAT.jsonl")
+@click.pass_obj
+@error_handler
+def dataset_export(obj: BabylonContext, name: str, fmt: str, output: Path | None) -> None:
+    """Write a dataset as JSON lines.
+
+    \b
+    jsonl: one line per trajectory (train, then eval):
+      {"messages": [{"role", "content"}...], "trajectory_id", "window_id", "split"}
+    dpo: one line per train window with a signal, best vs worst trajectory by P&L,
+      TRL's conversational preference format (explicit prompt):
+      {"prompt": [...], "chosen": [...], "rejected": [...], "window_id", "chosen_id", "rejected_id"}
+      The prompt is the longest common prefix of the two trajectories' turns before
+      their first assistant turn (usually the shared system prompt, plus the first user
+      turn when it is the same); chosen/rejected are the rest of each conversation, so
+      each keeps its own first observation when they differ. Pairs sharing no prompt
+      turn (different system prompts) are skipped and counted. No-signal windows are skipped.
+
+    \b
+    Examples:
+      python cli.py dataset export week1 --format dpo --output week1.dpo.jsonl
+      python cli.py dataset export week1 --format jsonl
+    """
+    obj.dataset_export(name, fmt, output)
+
+
+@cli.command()
+@click.option("--dataset", help="Dataset name under HOME/datasets/.")
+@click.option("--judge", type=click.Choice(JUDGES), default="ruler", show_default=True)
+@click.option("--judge-model", envvar="JUDGE_MODEL", help="Judge model (env JUDGE_MODEL); required for ruler/art-ruler.")
+@click.option("--judge-base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint (env OPENAI_BASE_URL); default OpenAI. Key: OPENAI_API_KEY.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Groups judged at once.")
+@click.option("--timeout", type=click.FloatRange(min=0.01), default=60.0, show_default=True, help="Seconds per request.")
+@click.option("--max-retries", type=click.IntRange(0, 10), default=3, show_default=True, help="Retries on 429/5xx/timeouts, with exponential backoff.")
+@click.option("--attempts", type=click.IntRange(1, 10), default=3, show_default=True, help="Requests per group when replies are malformed or have wrong ids.")
+@click.option("--max-judge-tokens", type=click.IntRange(min=1000), default=60000, show_default=True, help="Prompt budget per group; longer transcripts are cut in the middle.")
+@click.option("--price-in", type=click.FloatRange(min=0), default=0.0, show_default=True, help="USD per 1M prompt tokens, for the cost estimate.")
+@click.option("--price-out", type=click.FloatRange(min=0), default=0.0, show_default=True, help="USD per 1M completion tokens.")
+@click.option("--write-back", is_flag=True, help="Also write the scores to the game's trajectories (needs --database-url).")
+@click.option("--report", "report", metavar="NAME", help="Instead of scoring: agreement between the judges that scored dataset NAME.")
+@click.option("--json", "as_json", is_flag=True, help="With --report: machine-readable output.")
+@click.pass_obj
+@error_handler
+def score(obj: BabylonContext, dataset: str | None, report: str | None, as_json: bool, write_back: bool, judge: str,
+          judge_model: str | None, judge_base_url: str | None, **limits) -> None:
+    """Score every trajectory of a dataset in [0, 1] with a judge; cached and resumable.
+
+    \b
+    Writes HOME/datasets/NAME/scores.parquet and scores.json only when every window
+    group is scored; a re-run resumes from HOME/judge_cache and re-sends only what failed.
+    \b
+    Examples:
+      python cli.py score --dataset demo --judge heuristic
+      OPENAI_API_KEY=sk-... python cli.py score --dataset demo --judge ruler --judge-model gpt-4.1-mini --price-in 0.4 --price-out 1.6
+      python cli.py score --dataset demo --judge ruler --judge-model qwen3 --judge-base-url http://127.0.0.1:8000/v1 --concurrency 16
+      python cli.py score --dataset demo --judge art-ruler --judge-model gpt-4.1-mini
+      python cli.py score --report demo --json
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon score --dataset demo --judge heuristic --write-back
+    """
+    if report:
+        obj.score_report(report, as_json)
+        return
+    if not dataset:
+        raise ConfigError("pass --dataset NAME to score, or --report NAME to compare judges")
+    options = ScoreOptions(judge=judge, judge_model=judge_model, base_url=judge_base_url, **limits)
+    obj.score(dataset, options, write_back=write_back)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,26 @@ tests and other Python callers can use them without parsing output.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+import polars as pl
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from babylon_rl import db
+from babylon_rl import build, dataset, db, readiness, snapshot
+from babylon_rl.errors import ConfigError
+from babylon_rl.judge import compare as judge_compare
+from babylon_rl.judge.score import ScoreOptions, ScoreRun, score_dataset, validate
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
+
+if TYPE_CHECKING:
+    from babylon_rl.simulate import SimulationSummary
 
 
 @dataclass
@@ -49,3 +62,238 @@ class BabylonContext:
             table.add_row(state.name, state.status, applied)
         self.console.print(table)
         return states
+
+    # -- warehouse --------------------------------------------------------------------
+    def snapshot(self, full: bool = False) -> snapshot.SnapshotResult:
+        url = require_database_url(self.database_url)
+        with self.console.status(f"copying {mask_url(url)} into {self.home.warehouse}"):
+            result = snapshot.run_snapshot(self.home, url, full=full)
+        self._print_snapshot(result)
+        return result
+
+    def _print_snapshot(self, result: snapshot.SnapshotResult) -> None:
+        kind = "full copy" if result.full_copy else "incremental"
+        table = Table(title=f"snapshot {result.snapshot_id} ({kind}, {result.seconds:.1f}s)")
+        for column in ("table", "rows copied", "watermark"):
+            table.add_column(column)
+        for copy in result.tables:
+            table.add_row(copy.table, f"{copy.rows_copied:,}", copy.watermark or "")
+        self.console.print(table)
+
+    def build(self, wait_seconds: float = 0, full_snapshot: bool = False) -> build.BuildResult:
+        result = build.run_build(
+            self.home, self.database_url, wait_seconds, full_snapshot, on_wait=lambda msg: self.console.print(msg)
+        )
+        if result.snapshot:
+            self._print_snapshot(result.snapshot)
+        if result.restate_range:
+            start, end = result.restate_range
+            self.console.print(f"restated {result.restated_windows} changed window(s) between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
+        self.console.print(
+            f"built {len(result.models)} models in {result.seconds:.1f}s; marts published to {self.home.exports}"
+        )
+        return result
+
+    def export(self) -> list[str]:
+        written = build.publish_marts(self.home)
+        for path in written:
+            self.console.print(path)
+        return written
+
+    def windows(self, lookback_hours: int, min_agents: int, as_of: datetime | None, as_json: bool) -> readiness.Readiness:
+        as_of = as_of or datetime.now(timezone.utc).replace(tzinfo=None)
+        report = readiness.readiness(self.home, lookback_hours, min_agents, as_of)
+        if as_json:
+            self.console.print_json(json.dumps(report.to_dict()))
+            return report
+        table = Table(title=f"windows in the {lookback_hours} hours before {as_of:%Y-%m-%d %H:%M} UTC")
+        for column in ("window", "agents", "trajectories", "P&L std", "ready"):
+            table.add_column(column, justify="right" if column != "window" else "left")
+        for row in report.windows:
+            std = "" if row.pnl_std is None else f"{row.pnl_std:,.2f}"
+            table.add_row(row.window_id, str(row.agents), str(row.trajectories), std, "yes" if row.agents >= min_agents else "no")
+        self.console.print(table)
+        self.console.print(report.verdict)
+        return report
+
+    # -- simulate -----------------------------------------------------------------------
+    def simulate(
+        self,
+        agents: int,
+        windows: int,
+        window_hours: int = 1,
+        steps_per_window: int = 10,
+        seed: int = 0,
+        start: datetime | None = None,
+        rich_share: float = 0.3,
+        dirt_rate: float = 0.02,
+        target: str | None = None,
+    ) -> "SimulationSummary":
+        from babylon_rl.simulate import SimulationConfig, open_sink, run_simulation
+
+        config = SimulationConfig(
+            agents=agents, windows=windows, window_hours=window_hours, steps_per_window=steps_per_window,
+            seed=seed, start=start, rich_share=rich_share, dirt_rate=dirt_rate,
+        ).validate()
+        target = target or ("postgres" if self.database_url else "duckdb")
+        if target not in ("postgres", "duckdb"):
+            raise ConfigError(f"--target must be postgres or duckdb, not {target}")
+        where = mask_url(require_database_url(self.database_url)) if target == "postgres" else str(self.home.warehouse)
+        sink = open_sink(target, self.database_url, self.home)
+        try:
+            with Progress(
+                TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("windows"),
+                TimeElapsedColumn(), console=self.console, transient=True,
+            ) as progress:
+                task = progress.add_task("windows", total=windows)
+                summary = run_simulation(config, sink, lambda n: progress.advance(task, n))
+        finally:
+            sink.close()
+        self._print_summary(summary, where)
+        return summary
+
+    def _print_summary(self, summary: "SimulationSummary", where: str) -> None:
+        table = Table(title=f"simulated into {where}", show_header=False)
+        table.add_column("")
+        table.add_column("", justify="right")
+        rows = {
+            "windows": f"{summary.windows:,} ({summary.first_window} .. {summary.last_window})",
+            "trajectories": f"{summary.trajectories:,}", "steps": f"{summary.steps:,}",
+            "llm calls": f"{summary.llm_calls:,}", "market outcomes": f"{summary.market_outcomes:,}",
+            "seconds": f"{summary.seconds:.1f}", "trajectories/minute": f"{summary.trajectories_per_minute:,.0f}",
+        }
+        for name, value in rows.items():
+            table.add_row(name, value)
+        self.console.print(table)
+
+
+    # -- dataset ----------------------------------------------------------------------
+    def dataset_build(self, params: dataset.BuildParams, force: bool = False) -> dataset.BuildResult:
+        with self.console.status(f"building dataset {params.name}"):
+            result = dataset.build(self.home, params, force=force)
+        m = result.manifest
+        splits, drop = m["counts"]["splits"], m["dropout"]
+        self.console.print(f"dataset {params.name} written to {result.path}")
+        for split in ("train", "eval"):
+            c = splits[split]
+            self.console.print(
+                f"  {split}: {c['trajectories']} trajectories in {c['windows']} windows ({c['no_signal_groups']} without signal)"
+            )
+        self.console.print(
+            f"  dropout rate applied {drop['rate']:.3f} of {drop['available']} available: removed {drop['removed_by_dropout']} "
+            f"trajectories ({drop['windows_dropped']} whole windows, {drop['trajectories_in_dropped_windows']} trajectories in them); "
+            f"group cap removed {drop['removed_by_cap']}"
+        )
+        self.console.print(f"  content hash {m['content_hash']}")
+        return result
+
+    def dataset_list(self) -> list[dict]:
+        manifests = [dataset.read_manifest(self.home, name) for name in dataset.names(self.home)]
+        table = Table(title=f"datasets in {self.home.datasets}")
+        for column in ("name", "created", "train traj", "train win", "eval traj", "eval win", "dropout", "hash"):
+            table.add_column(column)
+        for m in manifests:
+            train, ev = m["counts"]["splits"]["train"], m["counts"]["splits"]["eval"]
+            table.add_row(
+                m["name"], m["created_at"], str(train["trajectories"]), str(train["windows"]),
+                str(ev["trajectories"]), str(ev["windows"]), f"{m['dropout']['rate']:.3f}", m["content_hash"][:12],
+            )  # fmt: skip
+        self.console.print(table if manifests else "no datasets yet; create one with `cli.py dataset build --name NAME`")
+        return manifests
+
+    def dataset_show(self, name: str, samples: int = 3) -> dict:
+        m = dataset.read_manifest(self.home, name)
+        p, drop = m["parameters"], m["dropout"]
+        self.console.print(f"[bold]{name}[/bold]  created {m['created_at']}  hash {m['content_hash']}")
+        self.console.print(f"  source snapshot {m['source_snapshot_id']}, {len(m['model_versions'])} model versions, newest window {m['newest_window']}")
+        self.console.print("  parameters: " + ", ".join(f"{k}={v}" for k, v in sorted(p.items())), markup=False)
+        self.console.print(
+            f"  dropout {drop['rate']:.3f}: removed {drop['removed_by_dropout']} of {drop['available']} "
+            f"({drop['windows_dropped']} whole windows); group cap removed {drop['removed_by_cap']}"
+        )
+        frames = {split: dataset.read_split(self.home, name, split) for split in ("train", "eval")}
+        both = pl.concat(list(frames.values()))
+        self.console.print(self._window_table(both))
+        self.console.print(self._sample_table(both.head(samples)))
+        return m
+
+    def dataset_export(self, name: str, fmt: str, output: Path | None = None) -> dataset.ExportResult:
+        result = dataset.export(self.home, name, fmt, output)
+        self.console.print(f"wrote {result.lines} {fmt} lines to {result.path}")
+        if fmt == "dpo":
+            self.console.print(
+                f"  skipped {result.skipped_no_signal} windows without signal, "
+                f"{result.skipped_no_shared_prompt} pairs without a shared prompt"
+            )
+        return result
+
+    @staticmethod
+    def _window_table(frame: pl.DataFrame) -> Table:
+        windows = (
+            frame.group_by("window_id", "window_start", "split")
+            .agg(group_size=pl.len(), agents=pl.col("window_agents").first(), no_signal=pl.col("no_signal").first(),
+                 pnl_min=pl.col("pnl").min(), pnl_max=pl.col("pnl").max())
+            .sort("window_start", "window_id")
+        )  # fmt: skip
+        table = Table(title="windows (groups)")
+        table.add_column("window", min_width=16)
+        for column in ("split", "group size", "agents in window", "P&L min..max", "no signal"):
+            table.add_column(column)
+        for w in windows.iter_rows(named=True):
+            table.add_row(w["window_id"], w["split"], str(w["group_size"]), str(w["agents"]),
+                          f"{w['pnl_min']:.2f}..{w['pnl_max']:.2f}", "yes" if w["no_signal"] else "")  # fmt: skip
+        return table
+
+    @staticmethod
+    def _sample_table(frame: pl.DataFrame) -> Table:
+        table = Table(title="sample rows")
+        for column in ("trajectory", "window", "agent", "pnl", "rank"):
+            table.add_column(column, overflow="fold")
+        table.add_column("messages", overflow="fold", min_width=20, max_width=60)
+        for r in frame.iter_rows(named=True):
+            text = r["messages"] if len(r["messages"]) <= 120 else r["messages"][:117] + "..."
+            table.add_row(Text(r["trajectory_id"]), r["window_id"], Text(r["agent_id"]), f"{r['pnl']:.2f}", str(r["pnl_rank"]), Text(text))
+        return table
+
+
+    # -- judge ------------------------------------------------------------------------
+    def score(self, dataset: str, options: ScoreOptions, write_back: bool = False) -> ScoreRun:
+        url = require_database_url(self.database_url) if write_back else None
+        validate(self.home, dataset, options)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[stats]}"), TimeElapsedColumn())
+        with Progress(*columns, console=self.console) as progress:
+            task = progress.add_task(f"judging {dataset} ({options.judge})", total=None, stats="")
+
+            def on_start(run: ScoreRun) -> None:
+                progress.update(task, total=run.groups, completed=run.cached_groups,
+                                stats=f"{run.cached_groups} cached")
+
+            def on_update(run: ScoreRun) -> None:
+                progress.update(task, completed=run.scored_groups + len(run.failed), stats=(
+                    f"failed {len(run.failed)} | tokens in {run.tokens_in:,} out {run.tokens_out:,} | ${run.cost:,.4f}"))
+
+            run = score_dataset(self.home, dataset, options, on_update=on_update, on_start=on_start)
+        self.console.print(
+            f"{run.trajectories} trajectories in {run.groups} groups scored by {run.judge} ({run.judge_model}, "
+            f"rubric {run.rubric_version}): {run.cached_groups} from the cache, {run.judged_groups} judged with "
+            f"{run.requests} requests, tokens in {run.tokens_in:,} out {run.tokens_out:,}, est. ${run.cost:,.4f}; "
+            f"{run.no_signal_groups} no-signal group(s), {run.truncated} truncated transcript(s) -> {run.path}")
+        if url:
+            updated = judge_compare.write_back(self.home, dataset, run.judge, url)
+            self.console.print(f"wrote {updated} score(s) back to {mask_url(url)} (aiJudgeReward, aiJudgeReasoning)")
+        return run
+
+    def score_report(self, dataset: str, as_json: bool) -> list[judge_compare.Agreement]:
+        rows = judge_compare.compare(self.home, dataset)
+        if as_json:
+            self.console.print_json(json.dumps([vars(r) for r in rows]))
+            return rows
+        table = Table(title=f"judge agreement on {dataset}: mean per-window Spearman")
+        for column in ("scores", "against", "mean Spearman", "windows"):
+            table.add_column(column, justify="right" if column in ("mean Spearman", "windows") else "left")
+        for row in rows:
+            rho = "n/a" if row.mean_spearman is None else f"{row.mean_spearman:+.3f}"
+            table.add_row(row.left, row.right, rho, str(row.windows))
+        self.console.print(table)
+        return rows

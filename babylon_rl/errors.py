@@ -23,3 +23,7 @@ class MigrationError(BabylonError):
 
 class WarehouseError(BabylonError):
     """The DuckDB warehouse is missing, locked or not built."""
+
+
+class DatasetError(BabylonError):
+    """A dataset is unknown, already exists, or no data meets the selection."""

@@ -146,6 +146,43 @@ def create_raw_schema(conn: duckdb.DuckDBPyConnection) -> None:
         conn.execute(table.ddl())
 
 
+def create_meta_schema(conn: duckdb.DuckDBPyConnection) -> None:
+    """The toolkit's own bookkeeping: snapshot runs, windows to rebuild, model versions."""
+    conn.execute("CREATE SCHEMA IF NOT EXISTS meta")
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS meta.snapshots (
+            snapshot_id VARCHAR PRIMARY KEY,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP NOT NULL,
+            source VARCHAR NOT NULL,
+            full_copy BOOLEAN NOT NULL,
+            tables_json VARCHAR NOT NULL
+        )"""
+    )
+    # Windows whose raw rows changed since the last build; 1970-01-01 means "everything".
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS meta.dirty_windows (
+            window_start TIMESTAMP PRIMARY KEY,
+            marked_at TIMESTAMP NOT NULL
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS meta.model_versions (
+            model VARCHAR PRIMARY KEY,
+            fingerprint VARCHAR NOT NULL,
+            version VARCHAR NOT NULL,
+            built_at TIMESTAMP NOT NULL
+        )"""
+    )
+
+
+def mark_windows_dirty(conn: duckdb.DuckDBPyConnection, window_starts: list) -> None:
+    """Record windows whose raw rows were written outside a snapshot, so the next build restates them."""
+    conn.executemany(
+        "INSERT OR REPLACE INTO meta.dirty_windows VALUES (?, now()::TIMESTAMP)", [[start] for start in window_starts]
+    )
+
+
 def load_postgres_scanner(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
     """LOAD the postgres scanner shipped by the `duckdb-extension-postgres` wheel, never downloading it."""
     import duckdb_extension_postgres

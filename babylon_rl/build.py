@@ -1,0 +1,170 @@
+"""`cli.py build`: snapshot the game database, then apply the SQLMesh models to the warehouse.
+
+Under one file lock, so two builds never write at once. Windows whose raw rows
+changed since the last build (recorded in `meta.dirty_windows` by the snapshot and
+by `simulate --target duckdb`) are restated: SQLMesh only fills intervals it has
+not processed, so late rows into an already-built window would otherwise be ignored.
+After a successful build the marts are published as Parquet under `exports/`, which
+analysts can query while the next build holds the warehouse.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from babylon_rl import locks, warehouse
+from babylon_rl.errors import WarehouseError
+from babylon_rl.settings import PROJECT_ROOT, Home
+from babylon_rl.snapshot import SnapshotResult, run_snapshot
+
+EPOCH = datetime(1970, 1, 1)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+MART_SCHEMA = "babylon"
+PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context", "training_samples")
+
+
+@dataclass
+class BuildResult:
+    snapshot: SnapshotResult | None
+    restated_windows: int
+    restate_range: tuple[datetime, datetime] | None
+    models: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def sqlmesh_context(home: Home, gateway: str | None = None):
+    """A SQLMesh Context over the repo's project, with the warehouse under `home`."""
+    from sqlmesh import Context
+
+    home.ensure().export_env()
+    logging.getLogger("sqlmesh").setLevel(logging.WARNING)
+    return Context(paths=[PROJECT_ROOT], gateway=gateway)
+
+
+def _read_dirty(home: Home) -> list[datetime]:
+    if not home.warehouse.exists():
+        return []
+    conn = warehouse.connect(home)
+    try:
+        warehouse.create_meta_schema(conn)
+        return [row[0] for row in conn.execute("SELECT window_start FROM meta.dirty_windows ORDER BY 1").fetchall()]
+    finally:
+        conn.close()
+
+
+def _clear_dirty(home: Home, up_to: datetime, model_versions: dict[str, tuple[str, str]]) -> None:
+    conn = warehouse.connect(home)
+    try:
+        conn.execute("BEGIN TRANSACTION")
+        conn.execute("DELETE FROM meta.dirty_windows WHERE marked_at <= $t", {"t": up_to})
+        conn.execute("DELETE FROM meta.model_versions")
+        conn.executemany(
+            "INSERT INTO meta.model_versions VALUES (?, ?, ?, now()::TIMESTAMP)",
+            [[name, fp, version] for name, (fp, version) in sorted(model_versions.items())],
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _incremental_models(context) -> list[str]:
+    return sorted(model.fqn for model in context.models.values() if model.kind.is_incremental)
+
+
+def _model_versions(context) -> dict[str, tuple[str, str]]:
+    env = context.state_reader.get_environment("prod")
+    if env is None:
+        return {}
+    return {s.name: (s.fingerprint.to_identifier(), s.version) for s in env.snapshots}
+
+
+def _restate_range(dirty: list[datetime], window_hours: int) -> tuple[datetime, datetime] | None:
+    if not dirty:
+        return None
+    return min(dirty), max(dirty) + timedelta(hours=window_hours)
+
+
+def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tuple[tuple[datetime, datetime] | None, dict]:
+    """Plan/apply prod, then restate the dirty window range of every incremental model."""
+    context = sqlmesh_context(home)
+    try:
+        first_build = context.state_reader.get_environment("prod") is None
+        context.plan("prod", auto_apply=True, no_prompts=True)
+        restate = None if first_build else _restate_range(dirty, window_hours)
+        if restate is not None:
+            start, end = restate
+            if start == EPOCH:
+                start = None  # a full copy: every window from each model's own start
+            context.plan(
+                "prod",
+                restate_models=_incremental_models(context),
+                start=start,
+                end=min(end, _utcnow()),
+                auto_apply=True,
+                no_prompts=True,
+            )
+        return restate, _model_versions(context)
+    finally:
+        context.close()
+
+
+def publish_marts(home: Home) -> list[str]:
+    """Write the marts to exports/*.parquet (temp file, then rename) for readers during builds."""
+    conn = warehouse.connect(home, read_only=True)
+    written = []
+    try:
+        home.exports.mkdir(parents=True, exist_ok=True)
+        for mart in PUBLISHED_MARTS:
+            exists = conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = $s AND table_name = $t",
+                {"s": MART_SCHEMA, "t": mart},
+            ).fetchone()[0]
+            if not exists:
+                continue
+            target = home.exports / f"{mart}.parquet"
+            tmp = target.with_suffix(".parquet.tmp")
+            conn.execute(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
+            tmp.replace(target)
+            written.append(str(target))
+    finally:
+        conn.close()
+    return written
+
+
+def _quote(path) -> str:
+    return str(path).replace("'", "''")
+
+
+def run_build(
+    home: Home,
+    database_url: str | None,
+    wait_seconds: float = 0,
+    full_snapshot: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+) -> BuildResult:
+    started = time.monotonic()
+    with locks.exclusive(home.build_lock, wait_seconds, on_wait):
+        snapshot = run_snapshot(home, database_url, full=full_snapshot) if database_url else None
+        if not home.warehouse.exists():
+            raise WarehouseError(
+                f"no warehouse at {home.warehouse}: pass --database-url to snapshot the game, or run `cli.py simulate --target duckdb`"
+            )
+        marked_before = _utcnow()
+        dirty = _read_dirty(home)
+        restate, versions = apply_models(home, dirty)
+        _clear_dirty(home, marked_before, versions)
+        publish_marts(home)
+    return BuildResult(
+        snapshot=snapshot,
+        restated_windows=len(dirty),
+        restate_range=restate,
+        models={name: version for name, (_, version) in versions.items()},
+        seconds=time.monotonic() - started,
+    )

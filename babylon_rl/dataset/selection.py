@@ -1,0 +1,186 @@
+"""Read the eligible trajectories from the marts: one parameterised query, Arrow into Polars.
+
+Eligibility (all in SQL, so rows that can never be used are not transferred):
+rows of `babylon.training_samples` (already isTrainingData and not isEvaluation),
+without `used_in_training` ones unless --include-used, with at least --min-actions
+actions, in the selected windows, and only windows that still have >= --min-agents
+distinct agents after those filters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import polars as pl
+
+from babylon_rl import warehouse
+from babylon_rl.dataset.params import BuildParams
+from babylon_rl.errors import DatasetError, WarehouseError
+from babylon_rl.settings import Home
+
+REQUIRED_MARTS = ("training_samples", "windows", "window_market_context")
+
+# Every column the sampler takes from the mart, with its output type (fixed, for byte-identical files).
+# The messages (the bulk of the bytes) are fetched afterwards for the kept rows only.
+SOURCE_COLUMNS: dict[str, pl.DataType] = {
+    "trajectory_id": pl.String(),
+    "source_id": pl.String(),
+    "window_id": pl.String(),
+    "window_start": pl.Datetime("us"),
+    "agent_id": pl.String(),
+    "pnl": pl.Float64(),
+    "win_rate": pl.Float64(),
+    "actions": pl.Int64(),
+    "trades": pl.Int64(),
+    "errors": pl.Int64(),
+    "llm_calls": pl.Int64(),
+    "window_agents": pl.Int64(),
+}
+
+
+@dataclass(frozen=True)
+class Candidates:
+    frame: pl.DataFrame  # SOURCE_COLUMNS + sample_key (Int64, from the seed and trajectory_id)
+    anchor: datetime | None  # newest window in the warehouse (the lookback is relative to it)
+
+
+def open_marts(home: Home) -> duckdb.DuckDBPyConnection:
+    """The warehouse opened read-only, after checking the marts exist."""
+    if not home.warehouse.exists():
+        raise WarehouseError(f"no warehouse at {home.warehouse}; run `cli.py build` first")
+    conn = warehouse.connect(home, read_only=True)
+    present = {
+        row[0]
+        for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'babylon'"
+        ).fetchall()
+    }
+    missing = [name for name in REQUIRED_MARTS if name not in present]
+    if missing:
+        conn.close()
+        names = ", ".join(f"babylon.{name}" for name in missing)
+        raise WarehouseError(f"the warehouse {home.warehouse} has no {names}; run `cli.py build` to build the marts")
+    return conn
+
+
+def _window_filter(params: BuildParams) -> tuple[str, list]:
+    """A fixed SQL fragment for the selection mode and its parameters (user values only as parameters)."""
+    if params.selection_mode == "windows":
+        return "list_contains(?::VARCHAR[], window_id)", [list(params.windows)]
+    if params.selection_mode == "range":
+        return "window_start >= coalesce(?::TIMESTAMP, '-infinity'::TIMESTAMP) AND window_start < coalesce(?::TIMESTAMP, 'infinity'::TIMESTAMP)", [
+            params.since,
+            params.until,
+        ]
+    return "window_start > (SELECT max(window_start) FROM babylon.windows) - to_hours(?::BIGINT)", [params.lookback_hours]
+
+
+def _base_cte(params: BuildParams) -> tuple[str, list]:
+    window_sql, window_params = _window_filter(params)
+    columns = ", ".join(f"s.{name}" for name in SOURCE_COLUMNS)
+    sql = f"""
+        base AS (
+            SELECT {columns}
+            FROM babylon.training_samples AS s
+            WHERE (?::BOOLEAN OR NOT coalesce(s.used_in_training, false))
+              AND coalesce(s.actions, 0) >= ?::BIGINT
+              AND {window_sql}
+        )"""
+    return sql, [params.include_used, params.min_actions, *window_params]
+
+
+def load_candidates(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> Candidates:
+    base_sql, base_params = _base_cte(params)
+    sql = f"""
+        WITH {base_sql},
+        usable AS (
+            SELECT window_id FROM base GROUP BY window_id HAVING count(DISTINCT agent_id) >= ?::BIGINT
+        )
+        SELECT base.*,
+               CAST('0x' || substr(md5(CAST(?::BIGINT AS VARCHAR) || ':' || base.trajectory_id), 1, 15) AS BIGINT) AS sample_key
+        FROM base SEMI JOIN usable USING (window_id)
+    """
+    frame = conn.execute(sql, [*base_params, params.min_agents, params.seed]).pl()
+    frame = frame.with_columns(
+        [pl.col(name).cast(dtype) for name, dtype in SOURCE_COLUMNS.items()] + [pl.col("sample_key").cast(pl.Int64)]
+    )
+    anchor = conn.execute("SELECT max(window_start) FROM babylon.windows").fetchone()[0]
+    return Candidates(frame=frame, anchor=anchor)
+
+
+def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -> pl.Series:
+    """The messages of the kept trajectories, in the order given: one join, not one query per row."""
+    kept = pl.DataFrame({"ord": pl.arange(0, trajectory_ids.len(), eager=True), "trajectory_id": trajectory_ids})
+    conn.register("kept_rows", kept.to_arrow())
+    try:
+        # Messages of many trajectories can exceed 2 GiB: Arrow large string buffers.
+        conn.execute("SET arrow_large_buffer_size = true")
+        fetched = conn.execute(
+            """SELECT s.messages FROM kept_rows AS k
+               JOIN babylon.training_samples AS s USING (trajectory_id)
+               ORDER BY k.ord"""
+        ).pl()
+    finally:
+        conn.unregister("kept_rows")
+    return fetched["messages"].cast(pl.String())
+
+
+def fetch_contexts(conn: duckdb.DuckDBPyConnection, window_ids: pl.Series) -> pl.DataFrame:
+    """The ground-truth block of each kept window, for the judge (never for the policy)."""
+    windows = pl.DataFrame({"window_id": window_ids.unique().sort()})
+    conn.register("kept_windows", windows.to_arrow())
+    try:
+        frame = conn.execute(
+            """SELECT c.window_id, c.window_start, c.context_text
+               FROM kept_windows AS k JOIN babylon.window_market_context AS c USING (window_id)
+               ORDER BY c.window_id"""
+        ).pl()
+    finally:
+        conn.unregister("kept_windows")
+    return frame.with_columns(
+        pl.col("window_id").cast(pl.String()), pl.col("window_start").cast(pl.Datetime("us")), pl.col("context_text").cast(pl.String())
+    )
+
+
+def explain_empty(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> DatasetError:
+    """Why no window qualified: how many windows were in scope and what --min-agents would give some."""
+    base_sql, base_params = _base_cte(params)
+    row = conn.execute(
+        f"""
+        WITH {base_sql},
+        per_window AS (SELECT window_id, count(DISTINCT agent_id) AS agents FROM base GROUP BY window_id)
+        SELECT (SELECT count(*) FROM babylon.windows), count(*), coalesce(max(agents), 0) FROM per_window
+        """,
+        base_params,
+    ).fetchone()
+    total, in_scope, best = row
+    hint = (
+        f"the largest has {best} eligible agents, so --min-agents {best} would give some"
+        if best
+        else "none has an eligible trajectory (try --include-used, a lower --min-actions, or a wider --lookback-hours/--since/--until/--windows)"
+    )
+    return DatasetError(
+        f"no window has at least {params.min_agents} agents with eligible trajectories: "
+        f"the warehouse has {total} windows, {in_scope} in the selection with eligible trajectories; {hint}"
+    )
+
+
+def source_versions(conn: duckdb.DuckDBPyConnection) -> tuple[str | None, dict[str, str]]:
+    """The newest snapshot id and the SQLMesh model fingerprints, when the toolkit tables exist."""
+    present = {
+        row[0]
+        for row in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'meta'").fetchall()
+    }
+    snapshot = None
+    if "snapshots" in present:
+        row = conn.execute(
+            "SELECT snapshot_id FROM meta.snapshots ORDER BY started_at DESC NULLS LAST, snapshot_id DESC LIMIT 1"
+        ).fetchone()
+        snapshot = None if row is None else str(row[0])
+    models: dict[str, str] = {}
+    if "model_versions" in present:
+        rows = conn.execute("SELECT model, fingerprint FROM meta.model_versions ORDER BY model").fetchall()
+        models = {str(model): str(fingerprint) for model, fingerprint in rows}
+    return snapshot, models

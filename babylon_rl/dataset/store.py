@@ -1,0 +1,115 @@
+"""datasets/<name>/: writing the Parquet files and manifest atomically, and reading them back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from babylon_rl.dataset.params import validate_name
+from babylon_rl.errors import DatasetError
+from babylon_rl.settings import Home
+
+SPLITS = ("train", "eval")
+MANIFEST = "manifest.json"
+# The ground truth of every window in the dataset, for the judge only.
+CONTEXTS = "contexts.parquet"
+
+# Fixed writer settings: same rows in, same bytes out.
+PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, statistics=True, row_group_size=16_384)
+
+
+def dataset_dir(home: Home, name: str) -> Path:
+    return home.datasets / validate_name(name)
+
+
+def hash_files(paths: list[Path]) -> str:
+    """sha256 over each file's name and bytes, in the given order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest_hash(manifest: dict) -> str:
+    """sha256 of the manifest without created_at (and without this hash itself)."""
+    content = {key: value for key, value in manifest.items() if key not in {"created_at", "manifest_hash"}}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_absent(home: Home, name: str, force: bool) -> None:
+    if dataset_dir(home, name).exists() and not force:
+        raise DatasetError(f"dataset {name!r} already exists at {dataset_dir(home, name)}; pass --force to replace it or choose another --name")
+
+
+@dataclass(frozen=True)
+class Staged:
+    directory: Path
+    files: list[Path]
+    content_hash: str
+
+
+def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame) -> Staged:
+    """Write the split files and the window contexts into a fresh hidden directory inside datasets/."""
+    home.datasets.mkdir(parents=True, exist_ok=True)
+    directory = home.datasets / f".tmp-{uuid.uuid4().hex}"
+    directory.mkdir()
+    files = []
+    for split in SPLITS:
+        path = directory / f"{split}.parquet"
+        frames[split].write_parquet(path, **PARQUET_OPTIONS)
+        files.append(path)
+    contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
+    files.append(directory / CONTEXTS)
+    return Staged(directory=directory, files=files, content_hash=hash_files(files))
+
+
+def publish(home: Home, staged: Staged, name: str, manifest: dict, force: bool) -> Path:
+    """Add the manifest and move the staged directory to datasets/<name> (swap when --force)."""
+    (staged.directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    target = dataset_dir(home, name)
+    if not target.exists():
+        try:
+            staged.directory.rename(target)
+            return target
+        except OSError:
+            if not target.exists():
+                raise
+    if not force:
+        discard(staged)
+        ensure_absent(home, name, force)
+    old = home.datasets / f".old-{uuid.uuid4().hex}"
+    target.rename(old)
+    staged.directory.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def discard(staged: Staged) -> None:
+    shutil.rmtree(staged.directory, ignore_errors=True)
+
+
+def names(home: Home) -> list[str]:
+    if not home.datasets.is_dir():
+        return []
+    return sorted(p.name for p in home.datasets.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists())
+
+
+def read_manifest(home: Home, name: str) -> dict:
+    path = dataset_dir(home, name) / MANIFEST
+    if not path.exists():
+        known = ", ".join(names(home)) or "none yet; create one with `cli.py dataset build --name NAME`"
+        raise DatasetError(f"unknown dataset {name!r}; existing datasets: {known}")
+    return json.loads(path.read_text())
+
+
+def read_split(home: Home, name: str, split: str) -> pl.DataFrame:
+    return pl.read_parquet(dataset_dir(home, name) / f"{split}.parquet")

@@ -1,0 +1,123 @@
+"""Reading a dataset directory (`HOME/datasets/NAME/`) into judge groups, one per window."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+
+SPLIT_FILES = ("train.parquet", "eval.parquet")
+REQUIRED_COLUMNS = ("trajectory_id", "window_id", "messages", "pnl", "split")
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One trajectory as the judges see it: ids, the chat, and the dataset's features."""
+
+    trajectory_id: str
+    window_id: str
+    split: str
+    messages: tuple[dict, ...]
+    pnl: float
+    pnl_rank: int | None
+    pnl_zscore: float | None
+    win_rate: float | None
+    actions: int
+    trades: int
+    errors: int
+    window_agents: int
+    no_signal: bool
+
+    @property
+    def content_hash(self) -> str:
+        payload = [self.trajectory_id, list(self.messages), self.pnl, self.win_rate, self.actions, self.trades, self.errors]
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Group:
+    """The trajectories of one window (sorted by trajectory_id) and the window's ground truth."""
+
+    window_id: str
+    context_text: str
+    trajectories: tuple[Trajectory, ...]
+
+    @property
+    def context_hash(self) -> str:
+        return hashlib.sha256(self.context_text.encode()).hexdigest()
+
+
+def dataset_dir(home: Home, name: str) -> Path:
+    path = home.datasets / name
+    if not all((path / f).is_file() for f in SPLIT_FILES):
+        existing = sorted(p.name for p in home.datasets.glob("*") if (p / "manifest.json").is_file()) if home.datasets.is_dir() else []
+        known = ", ".join(existing) if existing else "none; build one with `cli.py dataset build`"
+        raise ConfigError(f"unknown dataset {name!r} under {home.datasets}; existing datasets: {known}")
+    return path
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        return json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _read_rows(path: Path) -> pl.DataFrame:
+    frames = [pl.read_parquet(path / f) for f in SPLIT_FILES]
+    frame = pl.concat(frames, how="diagonal_relaxed")
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"dataset {path} lacks the columns {', '.join(missing)}; rebuild it with `cli.py dataset build`")
+    return frame.sort("window_id", "trajectory_id")
+
+
+def _contexts(path: Path) -> dict[str, str]:
+    file = path / "contexts.parquet"
+    if not file.is_file():
+        return {}
+    frame = pl.read_parquet(file, columns=["window_id", "context_text"])
+    return {row["window_id"]: row["context_text"] or "" for row in frame.iter_rows(named=True)}
+
+
+def _int(value: object, default: int = 0) -> int:
+    return default if value is None else int(value)  # type: ignore[arg-type]
+
+
+def _trajectory(row: dict) -> Trajectory:
+    try:
+        messages = tuple(json.loads(row["messages"]))
+    except (TypeError, ValueError):
+        messages = ()
+    return Trajectory(
+        trajectory_id=str(row["trajectory_id"]),
+        window_id=str(row["window_id"]),
+        split=str(row["split"]),
+        messages=messages,
+        pnl=float(row.get("pnl") or 0.0),
+        pnl_rank=row.get("pnl_rank"),
+        pnl_zscore=row.get("pnl_zscore"),
+        win_rate=row.get("win_rate"),
+        actions=_int(row.get("actions")),
+        trades=_int(row.get("trades")),
+        errors=_int(row.get("errors")),
+        window_agents=_int(row.get("window_agents"), 1),
+        no_signal=bool(row.get("no_signal") or False),
+    )
+
+
+def load_groups(path: Path) -> list[Group]:
+    """Every window of the dataset (train and eval together) as one group, in window order."""
+    frame = _read_rows(path)
+    contexts = _contexts(path)
+    groups: dict[str, list[Trajectory]] = {}
+    for row in frame.iter_rows(named=True):
+        traj = _trajectory(row)
+        groups.setdefault(traj.window_id, []).append(traj)
+    return [Group(wid, contexts.get(wid, ""), tuple(trajs)) for wid, trajs in groups.items()]

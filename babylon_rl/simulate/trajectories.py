@@ -1,0 +1,400 @@
+"""One window of play turned into rows of trajectories, llm_call_logs and market_outcomes.
+
+Rows are tuples in the column order of `warehouse.RAW_TABLES`, without the write-time
+columns (createdAt, updatedAt) that the sinks append.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from babylon_rl.simulate.agents import DECIDERS, PERSONAS, Decision, Observation, Persona
+from babylon_rl.simulate.config import SimulationConfig
+from babylon_rl.simulate.market import (
+    EPOCH, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS, NewsEvent, WindowMarket, generate_market, rng_for,
+)
+
+MAX_TOKENS = 256
+TOP_P = 0.95
+MODEL_VERSION = "2024-07-18"
+BAD_ANSWER = "I think the market looks interesting right now, maybe buy something."
+PARSE_ERROR = "could not parse the model's answer as a JSON action"
+ACTION_TYPES = {"buy": "BUY_SHARES", "sell": "SELL_SHARES", "bet": "BUY_PREDICTION", "hold": "HOLD"}
+SENTIMENT_THRESHOLD = 0.5  # percent change beyond which a stock's window is BULLISH/BEARISH
+
+
+@dataclass
+class WindowRows:
+    window_id: str
+    trajectories: list[tuple] = field(default_factory=list)
+    llm_calls: list[tuple] = field(default_factory=list)
+    outcomes: list[tuple] = field(default_factory=list)
+    steps: int = 0
+
+
+@dataclass
+class Portfolio:
+    cash: float
+    holdings: dict[int, tuple[int, float]] = field(default_factory=dict)  # ticker -> (shares, avg cost)
+    bets: dict[int, tuple[str, float, float]] = field(default_factory=dict)  # market -> (side, amount, price)
+
+
+def agent_id(index: int) -> str:
+    return f"sim-agent-{index:04d}"
+
+
+def persona_of(config: SimulationConfig, index: int) -> Persona:
+    return PERSONAS[config.personas[index % len(config.personas)]]
+
+
+def to_datetime(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def iso_z(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class WindowPlay:
+    """Generates one window; caches the observation text that all agents share at a minute."""
+
+    def __init__(self, config: SimulationConfig, start: datetime) -> None:
+        self.config = config
+        self.market: WindowMarket = generate_market(config, start)
+        self.rows = WindowRows(self.market.window_id)
+        self.interval = config.window_minutes // config.steps_per_window
+        self.start_ms = self.market.start_ms
+        self.end_prices = [path[-1] for path in self.market.prices]
+        self.pm_info = [(m.ticker, m.above) for m in self.market.markets]
+        self.bet_volume = [0.0] * len(self.market.markets)
+        self._draw()
+        self._price_text: dict[tuple[int, int], str] = {}
+        self._news: dict[int, tuple[list[NewsEvent], str]] = {}
+        self._pm_text: dict[int, str] = {}
+        self._providers: dict[int, list[dict]] = {}
+
+    def _draw(self) -> None:
+        config, key = self.config, self.market.key
+        n, steps = config.agents, config.steps_per_window
+        rng = rng_for(config, key, STREAM_AGENTS)
+        self.phase = rng.integers(0, self.interval, n).tolist()
+        self.jitter = rng.integers(1_000, 50_000, (n, steps)).tolist()
+        self.latency = np.rint(rng.lognormal(6.8, 0.4, (n, steps, 2))).astype(int).tolist()
+        self.uniforms = rng.random((n, steps, 5)).tolist()
+        self.rich = (rng.random(n) < config.rich_share).tolist()
+        self.evaluation = (rng.random(n) < config.evaluation_share).tolist()
+        ids = rng_for(config, key, STREAM_IDS).integers(0, 2**63, (n + 2 * len(config.tickers) + 1, 2))
+        self.ids = [(f"{a:016x}", f"{b:016x}") for a, b in ids.tolist()]
+        dirt, rates = rng_for(config, key, STREAM_DIRT), config.dirt_rates
+        draws = dirt.random((n, 3)).tolist()
+        self.null_window = [d[0] < rates.null_window_id for d in draws]
+        self.null_pnl = [d[1] < rates.null_final_pnl for d in draws]
+        error_at = dirt.integers(0, steps, n).tolist()
+        self.error_step = [s if d[2] < rates.error_step else -1 for s, d in zip(error_at, draws)]
+        outcome_draws = dirt.random((len(config.tickers), 2)).tolist()
+        self.duplicate = [d[0] < rates.duplicate_outcome for d in outcome_draws]
+        self.zero_bearish = [d[1] < rates.zero_change_bearish for d in outcome_draws]
+
+    # -- shared observation pieces ----------------------------------------------------
+    def clock(self, minute: int) -> str:
+        return (self.market.start + timedelta(minutes=minute)).strftime("%H:%M")
+
+    def price_text(self, minute: int, previous: int) -> str:
+        key = (minute, previous)
+        text = self._price_text.get(key)
+        if text is None:
+            prices = self.market.prices
+            lines = [
+                f"  {ticker} ${prices[i][minute]:.2f} ({prices[i][minute] / prices[i][previous] - 1:+.2%} since your last look)"
+                for i, ticker in enumerate(self.market.tickers)
+            ]
+            text = self._price_text[key] = "Prices:\n" + "\n".join(lines)
+        return text
+
+    def news(self, minute: int) -> tuple[list[NewsEvent], str]:
+        cached = self._news.get(minute)
+        if cached is None:
+            seen = [e for e in self.market.news if e.minute <= minute]
+            lines = [f"  [{self.clock(e.minute)}] {self.market.tickers[e.ticker]}: {e.headline}" for e in seen]
+            cached = self._news[minute] = (seen, "News so far this window:\n" + ("\n".join(lines) if lines else "  (none yet)"))
+        return cached
+
+    def pm_text(self, minute: int) -> str:
+        text = self._pm_text.get(minute)
+        if text is None:
+            lines = [f'  {m.market_id} "{m.question}" YES at {m.prob[minute]:.0%}' for m in self.market.markets]
+            text = self._pm_text[minute] = "Prediction markets:\n" + ("\n".join(lines) if lines else "  (none open)")
+        return text
+
+    def providers(self, minute: int) -> list[dict]:
+        accesses = self._providers.get(minute)
+        if accesses is None:
+            prices = {t: self.market.prices[i][minute] for i, t in enumerate(self.market.tickers)}
+            accesses = self._providers[minute] = [
+                {"providerName": "market_data", "data": {"prices": prices}, "purpose": "get_market_data"},
+                {"providerName": "news_feed", "data": {"headlines": len(self.news(minute)[0])}, "purpose": "get_news"},
+                {"providerName": "prediction_markets", "data": {"open": len(self.market.markets)}, "purpose": "get_prediction_markets"},
+            ]
+        return accesses
+
+    # -- the window ---------------------------------------------------------------------
+    def run(self) -> WindowRows:
+        for index in range(self.config.agents):
+            AgentPlay(self, index).run()
+        self.rows.outcomes = self.outcome_rows()
+        return self.rows
+
+    def outcome_rows(self) -> list[tuple]:
+        market, rows = self.market, []
+        id_base = self.config.agents
+        for i, ticker in enumerate(market.tickers):
+            start, end = market.prices[i][0], market.prices[i][-1]
+            change = round((end / start - 1.0) * 100.0, 2)
+            sentiment = "BULLISH" if change >= SENTIMENT_THRESHOLD else "BEARISH" if change <= -SENTIMENT_THRESHOLD else "NEUTRAL"
+            if self.zero_bearish[i]:
+                end, change, sentiment = start, 0.0, "BEARISH"
+            news = json.dumps([
+                {"headline": e.headline, "sentiment": e.sentiment, "at": iso_z(market.start + timedelta(minutes=e.minute))}
+                for e in market.news if e.ticker == i
+            ])
+            row = (f"mo_{self.ids[id_base + i][0]}", market.window_id, ticker, start, end, change, sentiment, news,
+                   None, None, None, None, None)
+            rows.append(row)
+            if self.duplicate[i]:
+                rows.append((f"mo_{self.ids[id_base + len(market.tickers) + i][0]}",) + row[1:])
+        for m, volume in zip(market.markets, self.bet_volume):
+            rows.append((f"mo_{m.market_id}", market.window_id, None, None, None, None, None, None,
+                         m.market_id, m.question, m.outcome, m.prob[-2], round(m.base_volume + volume, 2)))
+        return rows
+
+
+class AgentPlay:
+    """One agent's trajectory in a window."""
+
+    def __init__(self, window: WindowPlay, index: int) -> None:
+        self.w = window
+        self.index = index
+        self.agent_id = agent_id(index)
+        self.persona = persona_of(window.config, index)
+        self.decide = DECIDERS[self.persona.name]
+        self.system_prompt = self.persona.system_prompt(self.agent_id)
+        self.rich = window.rich[index]
+        self.id_hex, self.tid_hex = window.ids[index]
+        self.trajectory_id = f"{self.tid_hex[:8]}-{self.tid_hex[8:12]}-4{self.tid_hex[13:16]}-a{self.id_hex[1:4]}-{self.id_hex[4:16]}"
+        self.portfolio = Portfolio(window.config.starting_balance)
+        self.trade_count = 0
+        self.total_reward = 0.0
+        self.last_call_end = 0  # epoch ms
+
+    def run(self) -> None:
+        w, config = self.w, self.w.config
+        steps, previous = [], 0
+        for s in range(config.steps_per_window):
+            minute = s * w.interval + w.phase[self.index]
+            steps.append(self.step(s, minute, previous))
+            previous = minute
+        self.finish(steps)
+
+    def mark(self, minute: int) -> float:
+        p, prices, probs = self.portfolio, self.w.market.prices, self.w.market.markets
+        value = p.cash + sum(shares * prices[t][minute] for t, (shares, _) in p.holdings.items())
+        for market, (side, amount, price) in p.bets.items():
+            now = probs[market].prob[minute]
+            value += amount * (now if side == "YES" else 1.0 - now) / price
+        return round(value - self.w.config.starting_balance, 2)
+
+    def observation_text(self, minute: int, previous: int, news_text: str) -> str:
+        w, p = self.w, self.portfolio
+        tickers = w.market.tickers
+        held = ", ".join(f"{tickers[t]} {n} @ ${c:.2f}" for t, (n, c) in p.holdings.items()) or "none"
+        bets = ", ".join(f"{w.market.markets[m].market_id} {side} ${a:.0f}" for m, (side, a, _) in p.bets.items()) or "none"
+        return (
+            f"It is {w.clock(minute)} UTC; window {w.market.window_id} closes in {w.market.minutes - minute} min.\n"
+            f"{w.price_text(minute, previous)}\n{news_text}\n{w.pm_text(minute)}\n"
+            f"Your portfolio: cash ${p.cash:,.2f}; positions: {held}; open bets: {bets}; "
+            f"P&L so far ${self.mark(minute):+,.2f}.\nWhat do you do?"
+        )
+
+    def step(self, s: int, minute: int, previous: int) -> dict:
+        w, p = self.w, self.portfolio
+        seen, news_text = w.news(minute)
+        prices = [path[minute] for path in w.market.prices]
+        u = w.uniforms[self.index][s]
+        state = {
+            "agentBalance": round(p.cash, 2), "agentPnL": self.mark(minute),
+            "openPositions": len(p.holdings) + len(p.bets), "activeMarkets": len(prices) + len(w.pm_info),
+        }
+        obs = Observation(minute, prices, [path[previous] for path in w.market.prices], seen, w.pm_info,
+                          [m.prob[minute] for m in w.market.markets], p.cash, p.holdings, frozenset(p.bets))
+        decision = self.decide(obs, u)
+        failed = s == w.error_step[self.index]
+        text = self.observation_text(minute, previous, news_text)
+        ts = w.start_ms + minute * 60_000 + w.jitter[self.index][s]
+        calls = self.calls(s, ts, text, decision, failed, u[4] < self.persona.reasoning_share)
+        if failed:
+            action_type, params, result, pnl = "HOLD", {}, None, 0.0
+        else:
+            action_type, params, result, pnl = self.execute(decision, minute)
+        reward = round(pnl * 0.01, 4)
+        self.total_reward += reward
+        return self.step_dict(s, ts, minute, state, calls, action_type, params, result, failed, decision, reward)
+
+    def calls(self, s: int, ts: int, text: str, decision: Decision, failed: bool, reasons: bool) -> list[tuple]:
+        """The LLM calls of a step as neutral records; shaped for stepsJson and llm_call_logs later."""
+        latency = self.w.latency[self.index][s]
+        records = []
+        user = text + '\nAnswer with one JSON action, e.g. {"action": "hold"}.'
+        if reasons:
+            prompt = text + "\nThink it through in two or three sentences before you act."
+            records.append(("reasoning", None, prompt, decision.why[:1].upper() + decision.why[1:] + ".", None, ts, latency[0]))
+            user = text + f"\nYour analysis: {records[0][3]}\nAnswer with one JSON action."
+            ts += latency[0] + 40
+        answer = BAD_ANSWER if failed else response_json(decision, self.w)
+        action_type = "HOLD" if failed else ACTION_TYPES[decision.kind]
+        records.append(("action", action_type, user, answer, decision.why if reasons else None, ts, latency[1]))
+        self.last_call_end = ts + latency[1]
+        return records
+
+    def execute(self, d: Decision, minute: int) -> tuple[str, dict, dict | None, float]:
+        w, p = self.w, self.portfolio
+        if d.kind == "hold":
+            return "HOLD", {}, {"held": True}, 0.0
+        self.trade_count += 1
+        if d.kind == "bet":
+            market = w.market.markets[d.market]
+            prob = market.prob[minute]
+            price = min(max(prob if d.side == "YES" else 1.0 - prob, 0.02), 0.98)
+            p.cash -= d.amount
+            p.bets[d.market] = (d.side, d.amount, price)
+            w.bet_volume[d.market] += d.amount
+            pnl = round(d.amount * (1.0 - price) / price if market.outcome == d.side else -d.amount, 2)
+            params = {"marketId": market.market_id, "side": d.side, "amount": d.amount, "probability": prob}
+            return "BUY_PREDICTION", params, {"executed": True, "pnl": pnl}, pnl
+        price, end = w.market.prices[d.ticker][minute], w.end_prices[d.ticker]
+        params = {"ticker": w.market.tickers[d.ticker], "shares": d.shares, "price": price}
+        if d.kind == "buy":
+            shares, cost = p.holdings.get(d.ticker, (0, 0.0))
+            p.holdings[d.ticker] = (shares + d.shares, (shares * cost + d.shares * price) / (shares + d.shares))
+            p.cash -= d.shares * price
+            pnl = round(d.shares * (end - price), 2)  # marked to the window's end price
+            return "BUY_SHARES", params, {"executed": True, "pnl": pnl}, pnl
+        del p.holdings[d.ticker]
+        p.cash += d.shares * price
+        pnl = round(d.shares * (price - end), 2)  # what selling now gained over holding to the end
+        return "SELL_SHARES", params, {"executed": True, "pnl": pnl}, pnl
+
+    def step_dict(
+        self, s: int, ts: int, minute: int, state: dict, calls: list[tuple], action_type: str, params: dict,
+        result: dict | None, failed: bool, decision: Decision, reward: float,
+    ) -> dict:
+        action = {"success": not failed, "parameters": params}
+        if failed:
+            action["error"] = PARSE_ERROR
+        else:
+            action["result"] = result
+            if decision.kind != "hold":
+                action["reasoning"] = decision.why
+        step = {"stepNumber": s, "timestamp": ts, "environmentState": state, "providerAccesses": self.w.providers(minute)}
+        if self.rich:
+            step_id = f"{self.trajectory_id}:{s}"
+            call_ids = [f"call_{self.tid_hex}{self.id_hex[:8]}_{s}_{i}" for i in range(len(calls))]
+            step["stepId"] = step_id
+            step["observation"] = {"minute": minute, "newsSeen": len(self.w.news(minute)[0])}
+            state.update(timestamp=ts, agentPoints=self.trade_count * 10, portfolioValue=round(self.w.config.starting_balance + state["agentPnL"], 2),
+                         custom={"persona": self.persona.name})
+            step["llmCalls"] = [self.plugin_call(cid, c) for cid, c in zip(call_ids, calls)]
+            action["actionName"] = action_type
+            action["llmCallId"] = call_ids[-1]
+            action["immediateReward"] = reward
+            step["done"] = s == self.w.config.steps_per_window - 1
+            step["metadata"] = {"persona": self.persona.name, "minute": minute}
+        else:
+            call_ids = [f"{self.trajectory_id}:{s}:{i}" for i in range(len(calls))]
+            step["llmCalls"] = [self.legacy_call(c) for c in calls]
+            action["actionType"] = action_type
+        step["action"] = action
+        step["reward"] = reward
+        self.log_calls(s, call_ids, calls, step["llmCalls"])
+        return step
+
+    def legacy_call(self, c: tuple) -> dict:
+        purpose, action_type, user, answer, reasoning, _, latency = c
+        call = {"model": self.persona.model, "modelVersion": MODEL_VERSION, "systemPrompt": self.system_prompt,
+                "userPrompt": user, "response": answer, "temperature": self.persona.temperature,
+                "maxTokens": MAX_TOKENS, "latencyMs": latency, "purpose": purpose}
+        if reasoning:
+            call["reasoning"] = reasoning
+        if action_type:
+            call["actionType"] = action_type
+        return call
+
+    def plugin_call(self, call_id: str, c: tuple) -> dict:
+        purpose, action_type, user, answer, reasoning, ts, latency = c
+        call = {"callId": call_id, "timestamp": ts, "model": self.persona.model, "purpose": purpose,
+                "messages": [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}],
+                "response": answer, "temperature": self.persona.temperature, "topP": TOP_P, "maxTokens": MAX_TOKENS,
+                "promptTokens": (len(self.system_prompt) + len(user)) // 4, "completionTokens": len(answer) // 4 + 1,
+                "latencyMs": latency}
+        if reasoning:
+            call["reasoning"] = reasoning
+        if action_type:
+            call["actionType"] = action_type
+        return call
+
+    def log_calls(self, s: int, call_ids: list[str], calls: list[tuple], shaped: list[dict]) -> None:
+        step_id = f"{self.trajectory_id}:{s}"
+        rows = self.w.rows.llm_calls
+        metadata = f'{{"persona": "{self.persona.name}", "shape": "{"plugin" if self.rich else "legacy"}"}}'
+        for i, (call_id, c, call) in enumerate(zip(call_ids, calls, shaped)):
+            purpose, action_type, user, answer, reasoning, ts, latency = c
+            prompt_tokens = (len(self.system_prompt) + len(user)) // 4
+            completion_tokens = len(answer) // 4 + 1
+            messages = json.dumps(call["messages"]) if self.rich else None
+            rows.append((
+                f"lcl_{self.id_hex}_{s}_{i}", self.trajectory_id, step_id, call_id, to_datetime(ts), latency,
+                self.persona.model, purpose, action_type, self.system_prompt, user, messages, answer, reasoning,
+                self.persona.temperature, MAX_TOKENS, TOP_P if self.rich else None, prompt_tokens, completion_tokens,
+                prompt_tokens + completion_tokens, metadata,
+            ))
+
+    def finish(self, steps: list[dict]) -> None:
+        w, p, config = self.w, self.portfolio, self.w.config
+        balance = p.cash + sum(n * w.end_prices[t] for t, (n, _) in p.holdings.items())
+        for market, (side, amount, price) in p.bets.items():
+            balance += amount / price if w.market.markets[market].outcome == side else 0.0
+        balance = round(balance, 2)
+        pnl = round(balance - config.starting_balance, 2)
+        start_ms = steps[0]["timestamp"] - 2_000
+        end_ms = self.last_call_end + 500
+        errors = sum(1 for step in steps if not step["action"]["success"])
+        total_reward = round(self.total_reward, 4)
+        window_id = None if w.null_window[self.index] else w.market.window_id
+        metrics = json.dumps({"episodeLength": len(steps), "finalStatus": "completed", "finalBalance": balance,
+                              "finalPnL": pnl, "tradesExecuted": self.trade_count, "postsCreated": 0, "errorCount": errors})
+        metadata = json.dumps({"isTrainingData": True, "persona": self.persona.name, "stepShape": "plugin" if self.rich else "legacy",
+                               "simulator": {"seed": config.seed, "windowKey": w.market.key}, "gameKnowledge": {}})
+        w.rows.steps += len(steps)
+        w.rows.trajectories.append((
+            f"c{self.id_hex}{self.tid_hex[:8]}", self.trajectory_id, self.agent_id, to_datetime(start_ms), to_datetime(end_ms),
+            end_ms - start_ms, window_id, config.window_hours, f"{w.market.window_id}-{self.agent_id}", w.market.window_id, None,
+            json.dumps(steps), json.dumps({"environmentReward": total_reward}), metrics, metadata, total_reward,
+            len(steps), "completed", balance, None if w.null_pnl[self.index] else pnl, self.trade_count, 0,
+            None, None, None, True, w.evaluation[self.index], False, None,
+        ))
+
+
+def response_json(d: Decision, w: WindowPlay) -> str:
+    if d.kind == "hold":
+        return '{"action": "hold"}'
+    if d.kind == "bet":
+        return f'{{"action": "bet", "market": "{w.market.markets[d.market].market_id}", "side": "{d.side}", "amount": {d.amount:g}}}'
+    return f'{{"action": "{d.kind}", "ticker": "{w.market.tickers[d.ticker]}", "shares": {d.shares}}}'
+
+
+def simulate_window(config: SimulationConfig, start: datetime) -> WindowRows:
+    return WindowPlay(config, start).run()
+

@@ -1,0 +1,157 @@
+"""`cli.py snapshot`: copy the game tables from PostgreSQL into the warehouse's `raw` schema.
+
+DuckDB's own postgres scanner reads the source (LOADed from the pip-installed
+extension, never downloaded). Later runs copy only rows whose watermark column
+(`updatedAt`, else `createdAt`) is past the last watermark minus a safety margin,
+and upsert them on the primary key; rows already present unchanged are not
+counted again. The windows touched by changed rows are recorded in
+`meta.dirty_windows` so the next build restates them.
+
+One DuckDB transaction per snapshot: an interrupted run leaves the warehouse as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import duckdb
+
+from babylon_rl import warehouse
+from babylon_rl.errors import DatabaseError
+from babylon_rl.settings import Home, mask_url, scrub, url_password
+from babylon_rl.warehouse import RAW_TABLES, RawTable
+
+DEFAULT_SAFETY_MARGIN = timedelta(minutes=10)
+SOURCE_ALIAS = "game"
+
+
+@dataclass
+class TableCopy:
+    table: str
+    rows_copied: int
+    watermark: str | None
+
+
+@dataclass
+class SnapshotResult:
+    snapshot_id: str
+    full_copy: bool
+    tables: list[TableCopy] = field(default_factory=list)
+    dirty_windows: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows_copied(self) -> int:
+        return sum(table.rows_copied for table in self.tables)
+
+
+def last_watermarks(conn: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+    row = conn.execute("SELECT tables_json FROM meta.snapshots ORDER BY finished_at DESC LIMIT 1").fetchone()
+    if row is None:
+        return {}
+    return {entry["table"]: entry["watermark"] for entry in json.loads(row[0])}
+
+
+def _attach_source(conn: duckdb.DuckDBPyConnection, url: str, home: Home) -> None:
+    warehouse.load_postgres_scanner(conn, home)
+    try:
+        # ATTACH takes no bound parameters; a quoted literal with doubled quotes is the safe form.
+        literal = "'" + url.replace("'", "''") + "'"
+        conn.execute(f"ATTACH {literal} AS {SOURCE_ALIAS} (TYPE postgres, READ_ONLY)")
+    except duckdb.Error as exc:
+        raise DatabaseError(f"cannot connect to {mask_url(url)}: {_clean(exc, url)}; check the URL and that the server runs") from None
+
+
+def _clean(exc: Exception, url: str) -> str:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return scrub(first_line, url_password(url), url)
+
+
+def _select_source(table: RawTable) -> str:
+    casts = ", ".join(f'CAST("{name}" AS {type_}) AS "{name}"' for name, type_ in table.columns)
+    return f"SELECT {casts} FROM {SOURCE_ALIAS}.public.{table.name}"
+
+
+def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetime | None) -> int:
+    """Upsert the source rows past `since` into raw; return how many were new or changed."""
+    source = _select_source(table)
+    key, mark = table.primary_key, table.watermark
+    if since is None:
+        conn.execute(f"DELETE FROM raw.{table.name}")
+        conn.execute(f"INSERT INTO raw.{table.name} {source}")
+        return conn.execute(f"SELECT count(*) FROM raw.{table.name}").fetchone()[0]
+    conn.execute(f'CREATE OR REPLACE TEMP TABLE incoming AS {source} WHERE "{mark}" > $since', {"since": since})
+    # Rows already present with the same watermark are unchanged: neither re-written nor counted.
+    conn.execute(
+        f"""CREATE OR REPLACE TEMP TABLE changed AS
+            SELECT i.* FROM incoming i
+            ANTI JOIN raw.{table.name} r ON r."{key}" = i."{key}" AND r."{mark}" IS NOT DISTINCT FROM i."{mark}" """
+    )
+    conn.execute(f"INSERT OR REPLACE INTO raw.{table.name} SELECT * FROM changed")
+    return conn.execute("SELECT count(*) FROM changed").fetchone()[0]
+
+
+# Window starts touched by the rows of each table, as SQL over the temp table `changed`
+# (or the whole raw table on a full copy). llm_call_logs reach their window through the trajectory.
+_TOUCHED_WINDOWS = {
+    "trajectories": """SELECT coalesce(try_strptime(t."windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', t."startTime")) FROM {rows} t""",
+    "market_outcomes": """SELECT try_strptime(m."windowId", '%Y-%m-%dT%H:%M') FROM {rows} m""",
+    "llm_call_logs": """SELECT coalesce(try_strptime(t."windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', t."startTime"))
+                        FROM {rows} c JOIN raw.trajectories t ON t."trajectoryId" = c."trajectoryId" """,
+}
+
+
+def _mark_dirty(conn: duckdb.DuckDBPyConnection, table: RawTable, full: bool) -> None:
+    sql = _TOUCHED_WINDOWS.get(table.name)
+    if sql is None or full:
+        return  # a full copy rebuilds everything; the build restates all windows then
+    conn.execute(
+        f"""INSERT OR REPLACE INTO meta.dirty_windows
+            SELECT DISTINCT w, now()::TIMESTAMP FROM ({sql.format(rows='changed')}) AS touched(w) WHERE w IS NOT NULL"""
+    )
+
+
+def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = DEFAULT_SAFETY_MARGIN) -> SnapshotResult:
+    started = time.monotonic()
+    started_at = datetime.now(timezone.utc).replace(tzinfo=None)
+    result = SnapshotResult(snapshot_id=f"snap-{started_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}", full_copy=full)
+    conn = warehouse.connect(home)
+    try:
+        warehouse.create_raw_schema(conn)
+        warehouse.create_meta_schema(conn)
+        _attach_source(conn, url, home)
+        previous = {} if full else last_watermarks(conn)
+        result.full_copy = full or not previous
+        conn.execute("BEGIN TRANSACTION")
+        for table in RAW_TABLES:
+            mark = previous.get(table.name)
+            since = datetime.fromisoformat(mark) - margin if mark else None
+            rows = _copy_table(conn, table, since if not result.full_copy else None)
+            if not result.full_copy:
+                _mark_dirty(conn, table, full=False)
+            new_mark = conn.execute(f'SELECT max("{table.watermark}") FROM raw.{table.name}').fetchone()[0]
+            result.tables.append(TableCopy(table.name, rows, new_mark.isoformat() if new_mark else mark))
+        if result.full_copy:
+            conn.execute("INSERT INTO meta.dirty_windows SELECT 'epoch'::TIMESTAMP, now()::TIMESTAMP ON CONFLICT DO NOTHING")
+        result.dirty_windows = conn.execute("SELECT count(*) FROM meta.dirty_windows").fetchone()[0]
+        conn.execute(
+            "INSERT INTO meta.snapshots VALUES ($id, $started, now()::TIMESTAMP, $source, $full, $tables)",
+            {
+                "id": result.snapshot_id,
+                "started": started_at,
+                "source": mask_url(url),
+                "full": result.full_copy,
+                "tables": json.dumps([asdict(t) for t in result.tables]),
+            },
+        )
+        conn.execute("COMMIT")
+    except duckdb.Error as exc:
+        raise DatabaseError(f"snapshot from {mask_url(url)} failed: {_clean(exc, url)}; the warehouse is unchanged, run it again") from None
+    finally:
+        conn.close()
+    result.seconds = time.monotonic() - started
+    return result

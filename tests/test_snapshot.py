@@ -1,0 +1,124 @@
+"""`cli.py snapshot`: PostgreSQL -> DuckDB raw, incremental and idempotent."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from babylon_rl.errors import DatabaseError
+from babylon_rl.settings import Home
+from babylon_rl.snapshot import run_snapshot
+from tests.game_rows import execute, insert, stock_outcome, trajectory
+
+pytestmark = pytest.mark.postgres
+
+
+def _rows(home: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+@pytest.fixture
+def game(migrated_pg_url: str) -> str:
+    insert(migrated_pg_url, "trajectories", [
+        trajectory("t1", "a1", "2025-01-15T10:00", pnl=12.5),
+        trajectory("t2", "a2", "2025-01-15T10:00", pnl=None, window_id_known=False),
+        trajectory("t3", "a1", "2025-01-15T11:00", pnl=-3.0),
+    ])
+    insert(migrated_pg_url, "market_outcomes", [stock_outcome("m1", "2025-01-15T10:00", "ACME", 1.25, "ACME wins contract")])
+    return migrated_pg_url
+
+
+def test_first_snapshot_copies_every_column(game: str, home: Path) -> None:
+    result = run_snapshot(Home.resolve(home), game)
+    copied = {t.table: t.rows_copied for t in result.tables}
+    assert result.full_copy
+    assert copied == {"trajectories": 3, "llm_call_logs": 0, "market_outcomes": 1, "training_batches": 0, "trained_models": 0}
+    rows = _rows(home, 'SELECT "trajectoryId", "windowId", "finalPnL", "isTrainingData", "windowHours" FROM raw.trajectories ORDER BY 1')
+    assert rows == [("t1", "2025-01-15T10:00", 12.5, True, 1), ("t2", None, None, True, 1), ("t3", "2025-01-15T11:00", -3.0, True, 1)]
+    change, news = _rows(home, 'SELECT "changePercent", "newsEvents" FROM raw.market_outcomes')[0]
+    assert float(change) == 1.25
+    assert "ACME wins contract" in news  # JSONB arrives as text
+
+
+def test_second_snapshot_copies_nothing(game: str, home: Path) -> None:
+    run_snapshot(Home.resolve(home), game)
+    again = run_snapshot(Home.resolve(home), game)
+    assert not again.full_copy
+    assert again.rows_copied == 0
+    assert _rows(home, "SELECT count(*) FROM raw.trajectories") == [(3,)]
+
+
+def test_resynced_row_replaces_the_old_one_and_marks_its_window(game: str, home: Path) -> None:
+    run_snapshot(Home.resolve(home), game)
+    _rows_before = _rows(home, "SELECT count(*) FROM meta.dirty_windows")
+    execute(game, """UPDATE trajectories SET "finalPnL" = 99, "updatedAt" = %s WHERE "trajectoryId" = 't3'""", (datetime(2025, 1, 15, 13, 0),))
+    with duckdb.connect(str(home / "warehouse.duckdb")) as conn:
+        conn.execute("DELETE FROM meta.dirty_windows")
+    result = run_snapshot(Home.resolve(home), game)
+    assert {t.table: t.rows_copied for t in result.tables}["trajectories"] == 1
+    assert _rows(home, """SELECT "finalPnL" FROM raw.trajectories WHERE "trajectoryId" = 't3'""") == [(99.0,)]
+    assert _rows(home, "SELECT count(*) FROM raw.trajectories") == [(3,)]
+    assert _rows(home, "SELECT window_start FROM meta.dirty_windows") == [(datetime(2025, 1, 15, 11, 0),)]
+    assert _rows_before == [(1,)]  # the first (full) copy asked for a rebuild of everything
+
+
+def test_late_row_inside_the_safety_margin_is_caught(game: str, home: Path) -> None:
+    run_snapshot(Home.resolve(home), game)
+    late = datetime(2025, 1, 15, 12, 0) - timedelta(minutes=5)  # older than the watermark
+    insert(game, "trajectories", [trajectory("t4", "a3", "2025-01-15T10:00", updated=late, window_id_known=False)])
+    result = run_snapshot(Home.resolve(home), game)
+    assert {t.table: t.rows_copied for t in result.tables}["trajectories"] == 1
+    assert (datetime(2025, 1, 15, 10, 0),) in _rows(home, "SELECT window_start FROM meta.dirty_windows")
+
+
+def test_full_recopies_everything_and_forgets_deleted_rows(game: str, home: Path) -> None:
+    run_snapshot(Home.resolve(home), game)
+    execute(game, """DELETE FROM trajectories WHERE "trajectoryId" = 't1'""")
+    result = run_snapshot(Home.resolve(home), game, full=True)
+    assert result.full_copy
+    assert {t.table: t.rows_copied for t in result.tables}["trajectories"] == 2
+
+
+def test_each_run_is_recorded(game: str, home: Path) -> None:
+    first = run_snapshot(Home.resolve(home), game)
+    second = run_snapshot(Home.resolve(home), game)
+    recorded = _rows(home, "SELECT snapshot_id, full_copy, source FROM meta.snapshots ORDER BY finished_at")
+    assert [(r[0], r[1]) for r in recorded] == [(first.snapshot_id, True), (second.snapshot_id, False)]
+    assert recorded[0][2] == game  # no password in this URL; see the masking test below
+
+
+def test_unreachable_source_leaves_the_warehouse_unchanged(game: str, home: Path) -> None:
+    run_snapshot(Home.resolve(home), game)
+    bad = "postgresql://postgres:topsecretpw@127.0.0.1:1/babylon"
+    with pytest.raises(DatabaseError) as failure:
+        run_snapshot(Home.resolve(home), bad)
+    assert "topsecretpw" not in str(failure.value)
+    assert "postgres:***@127.0.0.1:1" in str(failure.value)
+    assert _rows(home, "SELECT count(*) FROM meta.snapshots") == [(1,)]
+
+
+def test_snapshot_command_prints_counts(run_cli, game: str) -> None:
+    result = run_cli("--database-url", game, "snapshot")
+    assert result.exit_code == 0, result.output
+    assert "trajectories" in result.output and "full copy" in result.output
+
+
+def test_snapshot_without_database_url_is_a_clear_error(run_cli) -> None:
+    result = run_cli("snapshot")
+    assert result.exit_code == 2
+    assert "--database-url" in result.output
+
+
+def test_warehouse_connections_never_autoinstall(home: Path) -> None:
+    from babylon_rl import warehouse
+
+    conn = warehouse.connect(Home.resolve(home))
+    settings = dict(conn.execute(
+        "SELECT name, value FROM duckdb_settings() WHERE name IN ('autoinstall_known_extensions', 'autoload_known_extensions')"
+    ).fetchall())
+    conn.close()
+    assert settings == {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
