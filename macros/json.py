@@ -70,7 +70,12 @@ def _postgres(evaluator) -> bool:
 
 
 def _helper(name: str, *args: exp.Expression) -> exp.Expression:
-    return exp.Anonymous(this=f"{HELPER_SCHEMA}.{name}", expressions=list(args))
+    # schema-qualified as a Dot of an identifier and a function: an Anonymous named
+    # "babylon_rl.x" would be rendered as one upper-cased, quoted identifier.
+    return exp.Dot(
+        this=exp.to_identifier(HELPER_SCHEMA),
+        expression=exp.Anonymous(this=name, expressions=list(args)),
+    )
 
 
 def _fn(name: str, *args: exp.Expression) -> exp.Expression:
