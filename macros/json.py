@@ -55,6 +55,23 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     ) END
 $fn$;
 
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_array_missing_key(elements jsonb[], key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT count(*) FROM unnest(elements) AS e(element)
+    WHERE jsonb_typeof(element) <> 'object' OR (element ->> key) IS NULL
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_system_turn(doc jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN (
+        SELECT turn ->> 'content'
+        FROM jsonb_array_elements(doc) WITH ORDINALITY AS turns(turn, position)
+        WHERE (turn ->> 'role') = 'system'
+        ORDER BY position
+        LIMIT 1
+    ) END
+$fn$;
+
 CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_array_missing_key(doc jsonb, key text) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN (
@@ -92,10 +109,13 @@ def _duckdb_path(keys: list[str]) -> exp.Literal:
 
 @macro()
 def create_postgres_helpers(evaluator):
-    """`before_all` statement: create the PostgreSQL helper functions; nothing on DuckDB."""
-    if _postgres(evaluator) and evaluator.runtime_stage != "loading":
-        evaluator.engine_adapter.execute(POSTGRES_HELPERS)
-    return None
+    """`before_all` statements: on PostgreSQL, create the helper functions above; on DuckDB,
+    keep extension auto-install off for the run (the warehouse never touches the network)."""
+    if _postgres(evaluator):
+        # one statement per blank-line separated block of POSTGRES_HELPERS
+        statements = [part.strip().rstrip(";") for part in POSTGRES_HELPERS.split("\n\n") if part.strip()]
+        return [exp.Command(this="CREATE", expression=exp.Literal.string(stmt[len("CREATE"):])) for stmt in statements]
+    return evaluator.parse_one("SET autoinstall_known_extensions = false")
 
 
 @macro()
@@ -154,6 +174,17 @@ def json_drop_system_turns(evaluator, doc):
     return evaluator.parse_one(
         f"""CAST(CAST(list_filter(TRY_CAST({doc.sql("duckdb")} AS JSON[]),
                                   turn -> COALESCE(json_extract_string(turn, '$.role'), '') <> 'system') AS JSON) AS VARCHAR)"""
+    )
+
+
+@macro()
+def json_system_turn(evaluator, doc):
+    """The content of the first system turn of a chat `messages` array (JSON text); NULL when none."""
+    if _postgres(evaluator):
+        return _helper("json_system_turn", _helper("try_jsonb", exp.cast(doc, "TEXT")))
+    return evaluator.parse_one(
+        f"""json_extract_string(list_filter(TRY_CAST({doc.sql("duckdb")} AS JSON[]),
+                                turn -> json_extract_string(turn, '$.role') = 'system')[1], '$.content')"""
     )
 
 

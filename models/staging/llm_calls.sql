@@ -1,7 +1,11 @@
 /* One row per LLM call of a staged trajectory: the calls of stepsJson and the rows of
    llm_call_logs, deduplicated by call id (docs/TABLES.md "Call ids": the call's own
    callId in the plugin shape, else {trajectoryId}:{stepNumber}:{index}). Values from
-   stepsJson win; llm_call_logs fills what a step left out and adds calls the steps lack. */
+   stepsJson win; llm_call_logs fills what a step left out and adds calls the steps lack.
+   The calls come from the typed llm_calls column of staging.step_rows (stepsJson is not
+   parsed again); llm_call_logs is deduplicated on ids and small columns only, and its
+   prompt text is read only for the calls that need it. A plugin-shape call without
+   systemPrompt takes the system turn of its messages. */
 MODEL (
   name staging.llm_calls,
   kind INCREMENTAL_BY_TIME_RANGE (
@@ -45,7 +49,7 @@ WITH staged_trajectories AS (
 ),
 
 steps_with_calls AS (
-  SELECT s.source_id, s.trajectory_id, s.window_start, s.step_position, s.step_number, s.llm_calls_json
+  SELECT s.source_id, s.trajectory_id, s.window_start, s.step_position, s.step_number, s.llm_calls
   FROM staging.step_rows AS s
   JOIN staged_trajectories AS t
     ON t.source_id = s.source_id
@@ -60,15 +64,15 @@ step_calls_unnested AS (
     window_start,
     step_position,
     step_number,
-    UNNEST(@json_array(llm_calls_json)) AS llm_call,
-    GENERATE_SUBSCRIPTS(@json_array(llm_calls_json), 1) - 1 AS call_index
+    UNNEST(llm_calls) AS llm_call,
+    GENERATE_SUBSCRIPTS(llm_calls, 1) - 1 AS call_index
   FROM steps_with_calls
 ),
 
 step_calls AS (
   SELECT
     COALESCE(
-      NULLIF(@json_text(llm_call, 'callId'), ''),
+      NULLIF(@field(llm_call, 'callId'), ''),
       trajectory_id || ':' || CAST(step_number AS TEXT) || ':' || CAST(call_index AS TEXT)
     ) AS call_id,
     source_id,
@@ -77,23 +81,21 @@ step_calls AS (
     step_position,
     step_number,
     call_index,
-    @safe_double(@json_text(llm_call, 'timestamp')) AS epoch_ms,
-    @json_text(llm_call, 'model') AS model,
-    @json_text(llm_call, 'purpose') AS purpose,
-    @json_text(llm_call, 'actionType') AS action_type,
-    @json_text(llm_call, 'systemPrompt') AS system_prompt,
-    @json_text(llm_call, 'userPrompt') AS user_prompt,
-    CASE WHEN @json_kind(@json_value(llm_call, 'messages')) = 'array'
-      THEN CAST(@json_value(llm_call, 'messages') AS TEXT)
-    END AS messages_json,
-    @json_text(llm_call, 'response') AS response,
-    @json_text(llm_call, 'reasoning') AS reasoning,
-    @safe_double(@json_text(llm_call, 'temperature')) AS temperature,
-    @safe_int(@json_text(llm_call, 'maxTokens')) AS max_tokens
+    @safe_double(@field(llm_call, 'timestamp')) AS epoch_ms,
+    @field(llm_call, 'model') AS model,
+    @field(llm_call, 'purpose') AS purpose,
+    @field(llm_call, 'actionType') AS action_type,
+    @field(llm_call, 'systemPrompt') AS system_prompt,
+    @field(llm_call, 'userPrompt') AS user_prompt,
+    @field(llm_call, 'messages') AS messages_text,
+    @field(llm_call, 'response') AS response,
+    @field(llm_call, 'reasoning') AS reasoning,
+    @safe_double(@field(llm_call, 'temperature')) AS temperature,
+    @safe_int(@field(llm_call, 'maxTokens')) AS max_tokens
   FROM step_calls_unnested
 ),
 
-logged_calls AS (
+logged_call_ids AS (
   SELECT
     l."callId" AS call_id,
     l."id" AS log_id,
@@ -105,11 +107,6 @@ logged_calls AS (
     l."model" AS model,
     l."purpose" AS purpose,
     l."actionType" AS action_type,
-    l."systemPrompt" AS system_prompt,
-    l."userPrompt" AS user_prompt,
-    CASE WHEN @json_kind(@json_parse(l."messagesJson")) = 'array' THEN l."messagesJson" END AS messages_json,
-    l."response" AS response,
-    l."reasoning" AS reasoning,
     l."temperature" AS temperature,
     l."maxTokens" AS max_tokens,
     ROW_NUMBER() OVER (PARTITION BY l."callId" ORDER BY l."createdAt" DESC, l."id" DESC) AS newest_first
@@ -121,41 +118,105 @@ logged_calls AS (
 
 logged_calls_newest AS (
   SELECT *
-  FROM logged_calls
+  FROM logged_call_ids
   WHERE newest_first = 1
+),
+
+step_calls_logged AS (
+  SELECT s.*, l.log_id, l.call_time AS logged_call_time, l.model AS logged_model, l.purpose AS logged_purpose,
+    l.action_type AS logged_action_type, l.temperature AS logged_temperature, l.max_tokens AS logged_max_tokens
+  FROM step_calls AS s
+  LEFT JOIN logged_calls_newest AS l
+    ON l.call_id = s.call_id AND l.source_id = s.source_id
+),
+
+calls_only_logged AS (
+  SELECT l.*
+  FROM logged_calls_newest AS l
+  LEFT JOIN step_calls AS s
+    ON s.call_id = l.call_id AND s.source_id = l.source_id
+  WHERE s.call_id IS NULL
+),
+
+logged_text AS (
+  SELECT
+    l."id" AS log_id,
+    l."systemPrompt" AS system_prompt,
+    l."userPrompt" AS user_prompt,
+    l."messagesJson" AS messages_text,
+    l."response" AS response,
+    l."reasoning" AS reasoning
+  FROM @raw_schema.llm_call_logs AS l
+  WHERE l."id" IN (
+    SELECT log_id FROM step_calls_logged WHERE log_id IS NOT NULL AND user_prompt IS NULL AND messages_text IS NULL
+    UNION ALL
+    SELECT log_id FROM calls_only_logged
+  )
 ),
 
 calls_merged AS (
   SELECT
-    COALESCE(s.call_id, l.call_id) AS call_id,
-    COALESCE(s.source_id, l.source_id) AS source_id,
-    COALESCE(s.trajectory_id, l.trajectory_id) AS trajectory_id,
-    COALESCE(s.window_start, l.window_start) AS window_start,
+    s.call_id,
+    s.source_id,
+    s.trajectory_id,
+    s.window_start,
     s.step_position,
-    COALESCE(s.step_number, l.step_number) AS step_number,
+    s.step_number,
     s.call_index,
     COALESCE(
       CASE
         WHEN s.epoch_ms BETWEEN 0 AND 253402300799999
         THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * s.epoch_ms
       END,
-      l.call_time
+      s.logged_call_time
     ) AS call_time,
-    COALESCE(s.model, l.model) AS model,
-    COALESCE(s.purpose, l.purpose) AS purpose,
-    COALESCE(s.action_type, l.action_type) AS action_type,
-    COALESCE(s.system_prompt, l.system_prompt) AS system_prompt,
-    COALESCE(s.user_prompt, l.user_prompt) AS user_prompt,
-    COALESCE(s.messages_json, l.messages_json) AS messages_json,
-    COALESCE(s.response, l.response) AS response,
-    COALESCE(s.reasoning, l.reasoning) AS reasoning,
-    COALESCE(s.temperature, l.temperature) AS temperature,
-    COALESCE(s.max_tokens, l.max_tokens) AS max_tokens,
-    s.call_id IS NOT NULL AS in_steps,
+    COALESCE(s.model, s.logged_model) AS model,
+    COALESCE(s.purpose, s.logged_purpose) AS purpose,
+    COALESCE(s.action_type, s.logged_action_type) AS action_type,
+    COALESCE(s.system_prompt, t.system_prompt) AS system_prompt,
+    COALESCE(s.user_prompt, t.user_prompt) AS user_prompt,
+    COALESCE(s.messages_text, t.messages_text) AS messages_text,
+    COALESCE(s.response, t.response) AS response,
+    COALESCE(s.reasoning, t.reasoning) AS reasoning,
+    COALESCE(s.temperature, s.logged_temperature) AS temperature,
+    COALESCE(s.max_tokens, s.logged_max_tokens) AS max_tokens,
+    TRUE AS in_steps,
+    s.log_id
+  FROM step_calls_logged AS s
+  LEFT JOIN logged_text AS t
+    ON t.log_id = s.log_id
+  UNION ALL
+  SELECT
+    l.call_id,
+    l.source_id,
+    l.trajectory_id,
+    l.window_start,
+    NULL AS step_position,
+    l.step_number,
+    NULL AS call_index,
+    l.call_time,
+    l.model,
+    l.purpose,
+    l.action_type,
+    t.system_prompt,
+    t.user_prompt,
+    t.messages_text,
+    t.response,
+    t.reasoning,
+    l.temperature,
+    l.max_tokens,
+    FALSE AS in_steps,
     l.log_id
-  FROM step_calls AS s
-  FULL OUTER JOIN logged_calls_newest AS l
-    ON l.call_id = s.call_id AND l.source_id = s.source_id
+  FROM calls_only_logged AS l
+  LEFT JOIN logged_text AS t
+    ON t.log_id = l.log_id
+),
+
+calls_with_messages AS (
+  SELECT
+    *,
+    CASE WHEN @json_kind(@json_parse(messages_text)) = 'array' THEN CAST(messages_text AS TEXT) END AS messages_json
+  FROM calls_merged
 )
 
 SELECT
@@ -170,7 +231,7 @@ SELECT
   model,
   purpose,
   action_type,
-  system_prompt,
+  COALESCE(system_prompt, @json_system_turn(messages_json)) AS system_prompt,
   user_prompt,
   messages_json,
   COALESCE(
@@ -186,4 +247,4 @@ SELECT
   max_tokens::INT AS max_tokens,
   in_steps,
   log_id
-FROM calls_merged
+FROM calls_with_messages

@@ -64,7 +64,6 @@ WITH trajectories_in_range AS (
     ) AS window_start,
     "startTime" AS start_time,
     "endTime" AS end_time,
-    "stepsJson" AS steps_json,
     @finite("finalPnL") AS final_pnl,
     "totalReward" AS total_reward,
     "finalStatus" AS final_status,
@@ -87,7 +86,7 @@ trajectories_windowed AS (
 ),
 
 steps_in_range AS (
-  SELECT *
+  SELECT source_id, step_position, llm_call_count, is_action, is_trade, is_win, is_error, agent_pnl, problem
   FROM staging.step_rows
   WHERE window_start BETWEEN @start_ts AND @end_ts
 ),
@@ -132,6 +131,21 @@ last_step_pnl AS (
   WHERE position_rank = 1
 ),
 
+trajectories_without_steps AS (
+  SELECT t.source_id
+  FROM trajectories_windowed AS t
+  LEFT JOIN step_figures AS f
+    ON f.source_id = t.source_id
+  WHERE f.source_id IS NULL
+),
+
+/* stepsJson is read again only for the few trajectories without any step row */
+unparsed_steps AS (
+  SELECT "id" AS source_id, @json_kind(@json_parse("stepsJson")) AS steps_kind
+  FROM @raw_schema.trajectories
+  WHERE "id" IN (SELECT source_id FROM trajectories_without_steps)
+),
+
 trajectories_checked AS (
   SELECT
     t.*,
@@ -146,8 +160,8 @@ trajectories_checked AS (
       WHEN t.trajectory_id IS NULL THEN 'no_trajectory_id'
       WHEN t.agent_id IS NULL THEN 'no_agent'
       WHEN t.newest_first > 1 THEN 'duplicate_trajectory_id'
-      WHEN f.source_id IS NULL AND @json_kind(@json_parse(t.steps_json)) IS NULL THEN 'steps_not_json'
-      WHEN f.source_id IS NULL AND @json_kind(@json_parse(t.steps_json)) <> 'array' THEN 'steps_not_array'
+      WHEN f.source_id IS NULL AND u.steps_kind IS NULL THEN 'steps_not_json'
+      WHEN f.source_id IS NULL AND u.steps_kind <> 'array' THEN 'steps_not_array'
       WHEN f.source_id IS NULL THEN 'no_steps'
       WHEN p.problem IS NOT NULL THEN p.problem
       WHEN t.final_pnl IS NULL AND l.agent_pnl IS NULL THEN 'no_pnl'
@@ -160,6 +174,8 @@ trajectories_checked AS (
     ON p.source_id = t.source_id
   LEFT JOIN last_step_pnl AS l
     ON l.source_id = t.source_id
+  LEFT JOIN unparsed_steps AS u
+    ON u.source_id = t.source_id
 )
 
 SELECT
