@@ -124,8 +124,13 @@ def query(home: Path, sql: str) -> list[tuple]:
 
 
 def test_sqlmesh_unit_tests_pass(home: Path) -> None:
+    import yaml
+
+    home.mkdir(parents=True, exist_ok=True)
+    expected = sum(len(yaml.safe_load(path.read_text()) or {}) for path in (PROJECT_ROOT / "tests").glob("**/test*.yaml"))
     result = Context(paths=str(PROJECT_ROOT)).test()
-    assert result.wasSuccessful(), result
+    assert result.wasSuccessful(), [str(failure) for failure in result.failures + result.errors]
+    assert expected > 0 and result.testsRun == expected
 
 
 def test_windows_and_agent_pnl_match_the_raw_rows(home: Path) -> None:
