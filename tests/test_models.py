@@ -60,7 +60,7 @@ def raw_rows() -> dict[str, list[dict]]:
                "environmentState": {"agentBalance": 1, "agentPnL": 3.0, "openPositions": 0, "agentPoints": 1},
                "llmCalls": [{"callId": "plug-call-1", "model": "m", "messages": [{"role": "system", "content": "You are a plugin trader"},
                                                                                     {"role": "user", "content": "Plugin sees ünïcödé ✓"}],
-                              "systemPrompt": "You are a plugin trader", "response": '{"action": "sell", "ticker": "ACME", "shares": 1}'}],
+                              "response": '{"action": "sell", "ticker": "ACME", "shares": 1}'}],
                "action": {"actionName": "SELL_SHARES", "parameters": {}, "success": True, "result": {"pnl": -2.0}, "llmCallId": "plug-call-1", "immediateReward": 0}}]
     long_prompt = "x" * 200_000
     trajectories = [
