@@ -1,0 +1,149 @@
+"""`cli.py build` end to end: simulate into PostgreSQL, snapshot + SQLMesh, against PostgreSQL's own aggregates."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import psycopg
+import pytest
+
+from babylon_rl import locks
+
+pytestmark = pytest.mark.postgres
+
+START = "2025-01-15T00:00"
+
+# The same figures as the marts, computed in PostgreSQL from the game tables: the window
+# (windowId, else the startTime hour) and the P&L (finalPnL, else the last step's agentPnL).
+PG_AGENT_PNL = """
+    WITH typed AS (
+        SELECT coalesce("windowId", to_char(date_trunc('hour', "startTime"), 'YYYY-MM-DD"T"HH24:MI')) AS window_id,
+               "agentId" AS agent_id,
+               coalesce("finalPnL", ("stepsJson"::jsonb -> -1 -> 'environmentState' ->> 'agentPnL')::float8) AS pnl
+        FROM trajectories
+    )
+    SELECT window_id, agent_id, count(*) AS trajectories, round(sum(pnl)::numeric, 6) AS pnl,
+           rank() OVER (PARTITION BY window_id ORDER BY sum(pnl) DESC) AS pnl_rank
+    FROM typed GROUP BY window_id, agent_id ORDER BY window_id, agent_id
+"""
+PG_WINDOWS = """
+    WITH typed AS (
+        SELECT coalesce("windowId", to_char(date_trunc('hour', "startTime"), 'YYYY-MM-DD"T"HH24:MI')) AS window_id,
+               "agentId" AS agent_id,
+               coalesce("finalPnL", ("stepsJson"::jsonb -> -1 -> 'environmentState' ->> 'agentPnL')::float8) AS pnl
+        FROM trajectories
+    ), per_agent AS (SELECT window_id, agent_id, sum(pnl) AS pnl FROM typed GROUP BY 1, 2)
+    SELECT window_id, count(*) AS agents, round(avg(pnl)::numeric, 6), round(min(pnl)::numeric, 6), round(max(pnl)::numeric, 6)
+    FROM per_agent GROUP BY window_id ORDER BY window_id
+"""
+
+
+def _warehouse(home: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _postgres(url: str, sql: str) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql).fetchall()
+
+
+@pytest.fixture
+def built(run_cli, migrated_pg_url: str, home: Path) -> str:
+    result = run_cli("--database-url", migrated_pg_url, "simulate", "--agents", "8", "--windows", "6", "--seed", "1",
+                     "--start", START, "--dirt-rate", "0.05")
+    assert result.exit_code == 0, result.output
+    result = run_cli("--database-url", migrated_pg_url, "build")
+    assert result.exit_code == 0, result.output
+    return migrated_pg_url
+
+
+def test_marts_agree_with_postgres(built: str, home: Path) -> None:
+    marts = _warehouse(home, """SELECT window_id, agent_id, trajectories, round(pnl, 6), pnl_rank
+                                FROM babylon.agent_window_pnl ORDER BY window_id, agent_id""")
+    assert [(w, a, t, float(p), r) for w, a, t, p, r in marts] == [
+        (w, a, t, float(p), r) for w, a, t, p, r in _postgres(built, PG_AGENT_PNL)
+    ]
+    windows = _warehouse(home, """SELECT window_id, agents, round(pnl_mean, 6), round(pnl_min, 6), round(pnl_max, 6)
+                                  FROM babylon.windows ORDER BY window_id""")
+    assert [tuple(float(v) if i >= 2 else v for i, v in enumerate(row)) for row in windows] == [
+        tuple(float(v) if i >= 2 else v for i, v in enumerate(row)) for row in _postgres(built, PG_WINDOWS)
+    ]
+    assert len(windows) == 6 and all(row[1] == 8 for row in windows)
+
+
+def test_counts_reconcile_with_rejected_rows(built: str, home: Path) -> None:
+    raw = _warehouse(home, "SELECT count(*) FROM raw.trajectories")[0][0]
+    staged = _warehouse(home, "SELECT count(*) FROM staging.trajectories")[0][0]
+    rejected = _warehouse(home, "SELECT count(*) FROM babylon.rejected_rows WHERE source_table = 'trajectories'")[0][0]
+    assert raw == staged + rejected == 48
+
+
+def test_second_build_copies_nothing_and_one_more_window_adds_exactly_it(run_cli, built: str, home: Path) -> None:
+    before = {row[0] for row in _warehouse(home, "SELECT window_id FROM babylon.windows")}
+    again = run_cli("--database-url", built, "build")
+    assert again.exit_code == 0, again.output
+    copied = _warehouse(home, "SELECT tables_json FROM meta.snapshots ORDER BY finished_at DESC LIMIT 1")[0][0]
+    assert sum(table["rows_copied"] for table in json.loads(copied)) == 0
+
+    more = run_cli("--database-url", built, "simulate", "--agents", "8", "--windows", "1", "--seed", "1")
+    assert more.exit_code == 0, more.output
+    assert run_cli("--database-url", built, "build").exit_code == 0
+    after = {row[0] for row in _warehouse(home, "SELECT window_id FROM babylon.windows")}
+    assert after - before == {"2025-01-15T06:00"}
+    assert _warehouse(home, "SELECT agents FROM babylon.windows WHERE window_id = '2025-01-15T06:00'") == [(8,)]
+
+
+def test_late_row_into_a_built_window_is_rebuilt(run_cli, built: str, home: Path) -> None:
+    with psycopg.connect(built) as conn:
+        conn.execute("""UPDATE trajectories SET "finalPnL" = 12345.0, "updatedAt" = now()
+                        WHERE "trajectoryId" = (SELECT min("trajectoryId") FROM trajectories WHERE "windowId" = '2025-01-15T02:00')""")
+    assert run_cli("--database-url", built, "build").exit_code == 0
+    assert _warehouse(home, "SELECT max(pnl) FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T02:00'") == [(12345.0,)]
+
+
+def test_build_publishes_marts_readable_while_the_warehouse_is_held(run_cli, built: str, home: Path) -> None:
+    exports = home / "exports"
+    assert {p.name for p in exports.glob("*.parquet")} >= {"windows.parquet", "agent_window_pnl.parquet"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(30)",
+         str(home / "warehouse.duckdb")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        blocked = run_cli("--database-url", built, "build")
+        assert blocked.exit_code == 2
+        assert "in use by another process" in blocked.output and str(holder.pid) in blocked.output
+        with duckdb.connect() as reader:  # the analyst's way in while the warehouse is held
+            assert reader.execute(f"SELECT count(*) FROM '{exports / 'windows.parquet'}'").fetchone()[0] == 6
+        report = run_cli("windows", "--as-of", "2025-01-15T12:00", "--json")
+        assert report.exit_code == 0, report.output
+        assert json.loads(report.output)["windows_total"] == 6
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_second_build_waits_for_the_lock_or_refuses(run_cli, built: str, home: Path) -> None:
+    with locks.exclusive(home / "build.lock", 0):
+        refused = run_cli("--database-url", built, "build")
+    assert refused.exit_code == 2
+    assert "another build is running" in refused.output and "--wait" in refused.output
+
+
+def test_windows_report(run_cli, built: str) -> None:
+    result = run_cli("windows", "--as-of", "2025-01-15T06:00", "--lookback-hours", "4", "--min-agents", "8")
+    assert result.exit_code == 0, result.output
+    assert "READY: 4 of 4 windows have >= 8 agents" in result.output
+    strict = run_cli("windows", "--as-of", "2025-01-15T06:00", "--min-agents", "9", "--json")
+    verdict = json.loads(strict.output)
+    assert verdict["windows_ready"] == 0 and verdict["verdict"].startswith("NOT READY")
+
+
+def test_build_without_anything_to_build_says_what_to_do(run_cli) -> None:
+    result = run_cli("build")
+    assert result.exit_code == 2
+    assert "simulate --target duckdb" in result.output
