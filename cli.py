@@ -439,5 +439,52 @@ def eval_command(obj: BabylonContext, **options) -> None:
     obj.evaluate(EvalOptions(**options))
 
 
+@cli.command()
+@click.argument("run")
+@click.pass_obj
+@error_handler
+def report(obj: BabylonContext, run: str) -> None:
+    """Write HOME/runs/RUN/report.html: a self-contained page (inline SVG plots) about a run.
+
+    \b
+    Windows and agents over time, P&L per window, judge score vs P&L, reward and loss
+    curves, and the replay-eval table (after cli.py eval).
+    \b
+    Example:
+      python cli.py report quickstart
+    """
+    obj.report(run)
+
+
+@cli.command()
+@click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
+@click.option("--windows", type=click.IntRange(min=5), default=60, show_default=True, help="Simulated one-hour windows; the latest 20 %% are held out.")
+@click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=5, show_default=True, help="Actions per agent per window.")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps (default: --epochs passes over the training windows).")
+@click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-3, show_default=True)
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=150, show_default=True, help="Imitation steps of the tiny base model.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--force", is_flag=True, help="Start over in a home that already has a quickstart (deletes its warehouse, dataset, model and run).")
+@click.pass_obj
+@error_handler
+def quickstart(obj: BabylonContext, **options) -> None:
+    """The whole loop on the embedded default: simulate, build, dataset, tiny model, score, train, eval, report.
+
+    \b
+    DuckDB only: no server, no network. With --database-url the game data goes through a
+    real PostgreSQL (db migrate, simulate into it, build with snapshot).
+    \b
+    Examples:
+      python cli.py quickstart
+      python cli.py --home /tmp/qs quickstart --agents 6 --windows 8 --steps 3
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon quickstart --force
+    """
+    from babylon_rl.quickstart import QuickstartOptions
+
+    obj.quickstart(QuickstartOptions(**options))
+
+
 if __name__ == "__main__":
     cli()

@@ -27,6 +27,7 @@ from babylon_rl.settings import Home, mask_url, require_database_url, resolve_da
 
 if TYPE_CHECKING:
     from babylon_rl.evaluate import EvalOptions, EvalResult
+    from babylon_rl.quickstart import QuickstartOptions, QuickstartResult
     from babylon_rl.simulate import SimulationSummary
     from babylon_rl.train.loop import TrainResult
     from babylon_rl.train.tiny import TinyResult
@@ -378,3 +379,16 @@ class BabylonContext:
             where = f"{result.run_dir.name}:{result.checkpoint_key}" if result.checkpoint_key else "no run checkpoint"
             self.console.print(f"trained_models: updated {rows} row(s) ({where}) on {mask_url(self.database_url)}")
         return result
+
+    # -- report and quickstart --------------------------------------------------------
+    def report(self, run: str) -> Path:
+        from babylon_rl.report import write_report
+
+        path = write_report(self.home, run)
+        self.console.print(f"wrote {path}")
+        return path
+
+    def quickstart(self, options: "QuickstartOptions") -> "QuickstartResult":
+        from babylon_rl import quickstart
+
+        return quickstart.run(self, options)
