@@ -119,10 +119,14 @@ class LocalPolicy:
         hf_logging.disable_progress_bar()
         tokenizer = AutoTokenizer.from_pretrained(str(self.ref.path))
         if self.ref.adapter:
+            import warnings
+
             from peft import PeftModel
 
             base = AutoModelForCausalLM.from_pretrained(self.ref.base_model)
-            model = PeftModel.from_pretrained(base, str(self.ref.path))
+            with warnings.catch_warnings():  # peft calls a transformers 5 deprecated alias
+                warnings.simplefilter("ignore", FutureWarning)
+                model = PeftModel.from_pretrained(base, str(self.ref.path))
         else:
             model = AutoModelForCausalLM.from_pretrained(str(self.ref.path))
         model.eval()
