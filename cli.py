@@ -15,7 +15,7 @@ from babylon_rl.dataset import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError
 
 
-from babylon_rl.errors import BabylonError, ConfigError
+from babylon_rl.errors import ConfigError
 from babylon_rl.judge.score import JUDGES, ScoreOptions
 
 F = TypeVar("F", bound=Callable)

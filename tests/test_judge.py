@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import psycopg
 import pytest
 
 from babylon_rl.judge import ScoreOptions, ensure_scores, score_dataset
-from babylon_rl.judge.heuristic import heuristic_score
+from babylon_rl.judge.heuristic import heuristic_score, terms
 from babylon_rl.judge.dataset import load_groups
 from babylon_rl.settings import Home
 from tests import game_rows
@@ -177,7 +179,8 @@ def test_heuristic_follows_the_formula_and_flags_no_signal(run_cli, dataset):
             if group.window_id == "2025-01-15T11:00":
                 assert by_id[traj.trajectory_id] == 0.5 and flags[traj.trajectory_id]
             else:
-                assert by_id[traj.trajectory_id] == heuristic_score(traj) and not flags[traj.trajectory_id]
+                size = len(group.trajectories)
+                assert by_id[traj.trajectory_id] == heuristic_score(traj, size) and not flags[traj.trajectory_id]
     best = scores.filter(pl.col("window_id") == "2025-01-15T10:00").sort("score")["trajectory_id"][-1]
     assert best == "traj-000-03"
     summary = json.loads((dataset / "scores.json").read_text())
@@ -191,7 +194,16 @@ def test_heuristic_formula_by_hand(home):
 
     expected = 0.45 * 1 + 0.30 * (0.5 + 0.5 * math.tanh(traj.pnl_zscore / 2)) + 0.15 * traj.win_rate \
         + 0.10 * min(traj.trades, 5) / 5 - 0.25 * traj.errors / traj.actions
-    assert heuristic_score(traj) == round(expected, 6)
+    assert heuristic_score(traj, 4) == round(expected, 6)
+
+
+def test_heuristic_rank_is_relative_to_the_kept_group_not_the_window(home):
+    """dataset build ranks inside the kept group; a window of 20 agents sampled down to 4 still spans 0..1."""
+    make_dataset(home, windows=1, agents=4)
+    group = load_groups(home / "datasets" / "demo")[0]
+    best = replace(min(group.trajectories, key=lambda t: t.pnl_rank), window_agents=20)
+    worst = replace(max(group.trajectories, key=lambda t: t.pnl_rank), window_agents=20)
+    assert (terms(best, 4)["rank"], terms(worst, 4)["rank"]) == (1.0, 0.0)
 
 
 def test_ensure_scores_is_the_training_entry_point(home, server):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from babylon_rl.train.data import encode_conversation
 from babylon_rl.train.tiny import TinySpec, build_model, train_tokenizer

@@ -22,12 +22,7 @@ Judges: `ruler` (our rubric, one chat-completions request per group, babylon_rl.
 
 from __future__ import annotations
 
-import os
-
-# LiteLLM (imported by ART) fetches a price map at import unless told to use its local copy.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from babylon_rl.judge.score import (  # noqa: E402
+from babylon_rl.judge.score import (
     JUDGES,
     SCORE_COLUMNS,
     ScoreOptions,

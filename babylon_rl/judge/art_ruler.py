@@ -18,20 +18,18 @@ Scores outside [0, 1] on a 0-10 or 0-100 scale are rescaled, then clipped.
 from __future__ import annotations
 
 import json
-import os
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import httpx
+from openai import AsyncOpenAI
 
-import httpx  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
-
-from babylon_rl.judge import rubric  # noqa: E402
-from babylon_rl.judge.base import TRUNCATED_SUFFIX, GroupOutcome, LLMSettings  # noqa: E402
-from babylon_rl.judge.cache import Score  # noqa: E402
-from babylon_rl.judge.dataset import Group, Trajectory  # noqa: E402
-from babylon_rl.judge.ruler import InvalidReply, describe_error  # noqa: E402
-from babylon_rl.judge.transcript import estimate_tokens, outcome_line  # noqa: E402
-from babylon_rl.settings import scrub  # noqa: E402
+from babylon_rl.art_compat import import_art
+from babylon_rl.judge import rubric
+from babylon_rl.judge.base import TRUNCATED_SUFFIX, GroupOutcome, LLMSettings
+from babylon_rl.judge.cache import Score
+from babylon_rl.judge.dataset import Group, Trajectory
+from babylon_rl.judge.ruler import InvalidReply, describe_error
+from babylon_rl.judge.transcript import estimate_tokens, outcome_line
+from babylon_rl.settings import scrub
 
 
 def litellm_model(model: str) -> str:
@@ -117,7 +115,7 @@ class ArtRulerJudge:
         return None
 
     def _art_group(self, group: Group) -> tuple[object, list[object], int]:
-        import art
+        art = import_art()
 
         ordered = sorted(group.trajectories, key=lambda t: t.trajectory_id)
         share = max(self.settings.max_judge_tokens * 4 - len(group.context_text), 2000) // max(len(ordered), 1)
@@ -130,6 +128,7 @@ class ArtRulerJudge:
         return art.TrajectoryGroup(sent), sent, cut
 
     async def _call(self, group_in: object, capture: _Capture) -> object:
+        import_art()
         from art.rewards import ruler_score_group
 
         client = AsyncOpenAI(api_key=self.settings.api_key or "no-key", base_url=self.settings.base_url,

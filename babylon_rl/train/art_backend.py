@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from babylon_rl import art_compat
 from babylon_rl.errors import ConfigError
 from babylon_rl.train.data import Group
 from babylon_rl.train.torch_backend import STATE_JSON, CheckpointError, StepStats
@@ -33,24 +34,11 @@ class BackendUnavailable(ConfigError):
 
 
 def import_art():
-    """`import art`, undoing its transformers mask patch.
-
-    On import, art 0.5.17 replaces transformers.masking_utils._preprocess_mask_arguments
-    with a wrapper written for transformers 4 (it takes a `cache_position` argument that
-    transformers 5 no longer passes), which breaks every forward pass in the process,
-    including the torch back-end's. We restore the original right after the import.
-    """
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from transformers import masking_utils
-
-    original = masking_utils._preprocess_mask_arguments
+    """ART through the shared import that undoes its side effects, or a one-line BackendUnavailable."""
     try:
-        import art
+        return art_compat.import_art()
     except ImportError as exc:
         raise BackendUnavailable(f"the ART back-ends need openpipe-art: pip install 'babylon-rl[art]' ({exc.name} missing)") from None
-    finally:
-        masking_utils._preprocess_mask_arguments = original
-    return art
 
 
 def check_available(kind: str) -> None:
