@@ -403,5 +403,88 @@ def train(obj: BabylonContext, **options) -> None:
     obj.train(**options)
 
 
+@cli.command("eval")
+@click.option("--model", required=True, help="A checkpoint or model directory, a name in HOME/models, a run name (its latest "
+              "checkpoint), or with --base-url the endpoint's model name.")
+@click.option("--dataset", required=True, help="Dataset whose eval.parquet windows (held out, latest in time) are replayed.")
+@click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --model (key: OPENAI_API_KEY).")
+@click.option("--baseline", help="Model to compare against. Default: the run's base model (the warm-started tiny model); 'none' to skip.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=48, show_default=True, help="Answer length bound (greedy).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Prompts per generate() call (local models).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight (endpoints).")
+@click.option("--resamples", type=click.IntRange(min=100), default=1000, show_default=True, help="Bootstrap resamples over windows.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--threshold", "threshold_pct", type=click.FloatRange(min=0), default=0.5, show_default=True,
+              help="Percent move beyond which a stock counts as having moved (for buy/sell/hold).")
+@click.pass_obj
+@error_handler
+def eval_command(obj: BabylonContext, **options) -> None:
+    """Replay evaluation on held-out windows: the logged agents, the baseline and the model, side by side.
+
+    \b
+    Every logged decision of the eval windows is put to each model with exactly the messages
+    the agent had then; the answer is parsed into an action and scored against what the
+    market did: direction accuracy, counterfactual P&L per decision, valid-format rate, with
+    95 % bootstrap intervals over windows. Writes eval.json and eval.csv to the run directory
+    (or HOME/evals/NAME), logs to the run's W&B and, with a database URL, updates the
+    checkpoint's trained_models row (evalMetrics, benchmarkScore = direction accuracy).
+    \b
+    Examples:
+      python cli.py eval --model quickstart --dataset quickstart
+      python cli.py eval --model .babylon/runs/demo-torch/checkpoints/step-40 --dataset demo --baseline tiny
+      python cli.py eval --model qwen2.5-7b-instruct --base-url http://127.0.0.1:8000/v1 --dataset demo --baseline none
+    """
+    from babylon_rl.evaluate import EvalOptions
+
+    obj.evaluate(EvalOptions(**options))
+
+
+@cli.command()
+@click.argument("run")
+@click.pass_obj
+@error_handler
+def report(obj: BabylonContext, run: str) -> None:
+    """Write HOME/runs/RUN/report.html: a self-contained page (inline SVG plots) about a run.
+
+    \b
+    Windows and agents over time, P&L per window, judge score vs P&L, reward and loss
+    curves, and the replay-eval table (after cli.py eval).
+    \b
+    Example:
+      python cli.py report quickstart
+    """
+    obj.report(run)
+
+
+@cli.command()
+@click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
+@click.option("--windows", type=click.IntRange(min=5), default=60, show_default=True, help="Simulated one-hour windows; the latest 20 %% are held out.")
+@click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=5, show_default=True, help="Actions per agent per window.")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps (default: --epochs passes over the training windows).")
+@click.option("--epochs", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-3, show_default=True)
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=150, show_default=True, help="Imitation steps of the tiny base model.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--force", is_flag=True, help="Start over in a home that already has a quickstart (deletes its warehouse, dataset, model and run).")
+@click.pass_obj
+@error_handler
+def quickstart(obj: BabylonContext, **options) -> None:
+    """The whole loop on the embedded default: simulate, build, dataset, tiny model, score, train, eval, report.
+
+    \b
+    DuckDB only: no server, no network. With --database-url the game data goes through a
+    real PostgreSQL (db migrate, simulate into it, build with snapshot).
+    \b
+    Examples:
+      python cli.py quickstart
+      python cli.py --home /tmp/qs quickstart --agents 6 --windows 8 --steps 3
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon quickstart --force
+    """
+    from babylon_rl.quickstart import QuickstartOptions
+
+    obj.quickstart(QuickstartOptions(**options))
+
+
 if __name__ == "__main__":
     cli()

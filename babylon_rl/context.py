@@ -20,11 +20,14 @@ from rich.text import Text
 
 from babylon_rl import build, dataset, db, readiness, snapshot
 from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.table import eval_table
 from babylon_rl.judge import compare as judge_compare
 from babylon_rl.judge.score import ScoreOptions, ScoreRun, score_dataset, validate
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
 
 if TYPE_CHECKING:
+    from babylon_rl.evaluate import EvalOptions, EvalResult
+    from babylon_rl.quickstart import QuickstartOptions, QuickstartResult
     from babylon_rl.simulate import SimulationSummary
     from babylon_rl.train.loop import TrainResult
     from babylon_rl.train.tiny import TinyResult
@@ -347,3 +350,45 @@ class BabylonContext:
             f"({result.skipped_groups} windows skipped: no reward spread); run {result.run_dir}{best}{merged}"
         )
         return result
+
+    # -- evaluation -------------------------------------------------------------------
+    def evaluate(self, options: "EvalOptions") -> "EvalResult":
+        from babylon_rl.evaluate import evaluate, log_wandb, write_database, write_outputs
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=self.console, transient=True) as progress:
+            def on_policy(name: str, total: int):
+                task = progress.add_task(f"eval {name}", total=total)
+                return lambda n: progress.advance(task, n)
+
+            result = evaluate(self.home, options, on_policy)
+        json_path, csv_path = write_outputs(result)
+        self.console.print(eval_table(result))
+        for role, diff in result.comparison.items():
+            d = diff["direction_accuracy_diff"]
+            verdict = "beats it outside the interval" if diff["beats_outside_interval"] else "does not beat it outside the interval"
+            self.console.print(f"model vs {role}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]; {verdict}")
+        failed = result.model_result.failed_requests
+        if failed:
+            self.console.print(f"{failed} request(s) to the endpoint failed and count as invalid answers")
+        self.console.print(f"wrote {json_path} and {csv_path}")
+        if log_wandb(result):
+            self.console.print(f"logged to the W&B run in {result.run_dir / 'wandb'}")
+        if self.database_url:
+            rows = write_database(result, self.database_url)
+            where = f"{result.run_dir.name}:{result.checkpoint_key}" if result.checkpoint_key else "no run checkpoint"
+            self.console.print(f"trained_models: updated {rows} row(s) ({where}) on {mask_url(self.database_url)}")
+        return result
+
+    # -- report and quickstart --------------------------------------------------------
+    def report(self, run: str) -> Path:
+        from babylon_rl.report import write_report
+
+        path = write_report(self.home, run)
+        self.console.print(f"wrote {path}")
+        return path
+
+    def quickstart(self, options: "QuickstartOptions") -> "QuickstartResult":
+        from babylon_rl import quickstart
+
+        return quickstart.run(self, options)

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 
 BLOCK = re.compile(r'<trajectory id="([^"]+)">\n(.*?)\n</trajectory>', re.DOTALL)
 PNL = re.compile(r"P&L ([+-]?\d+(?:\.\d+)?)")
@@ -36,6 +37,8 @@ class JudgeServer:
         self.fault_windows: set[str] | None = None  # restrict faults to these windows (then on every request)
         self.sleep_seconds = 2.0
         self.requests: list[dict] = []
+        # When set, every completion's content is reply(request body): a stand-in for a policy endpoint (eval tests).
+        self.reply: Callable[[dict], str] | None = None
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -78,6 +81,8 @@ class JudgeServer:
         return 200, self._completion(body, prompt, mode), {}
 
     def _completion(self, body: dict, prompt: str, mode: str) -> dict:
+        if self.reply is not None:
+            return self._message(body, prompt, self.reply(body))
         blocks = BLOCK.findall(prompt)
         art = bool(blocks) and not blocks[0][0].startswith("T")
         key = "trajectory_id" if art else "id"
@@ -94,6 +99,10 @@ class JudgeServer:
         elif mode == "duplicate":
             scores[-1] = dict(scores[0])
         content = "{not json" if mode == "malformed" else json.dumps({"scores": scores})
+        return self._message(body, prompt, content)
+
+    @staticmethod
+    def _message(body: dict, prompt: str, content: str) -> dict:
         return {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "judge"),
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],

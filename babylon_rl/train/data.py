@@ -172,7 +172,8 @@ class Encoded:
 def encode_conversation(tokenizer, messages: list[dict], max_length: int) -> Encoded:
     """Token ids of the whole chat and a mask of the assistant answers, from `{% generation %}` tags.
 
-    Long conversations keep their first `max_length` tokens (system prompt and early turns).
+    Long conversations keep their first `max_length` tokens (system prompt and early turns);
+    `encode_chunks` splits them instead, so that every answer is trained.
     """
     out = tokenizer.apply_chat_template(
         messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
@@ -185,3 +186,84 @@ def encode_conversation(tokenizer, messages: list[dict], max_length: int) -> Enc
             "(use a model from python cli.py model init-tiny, or a tokenizer whose template has them)"
         )
     return Encoded(ids, mask)
+
+
+TURN_OVERHEAD = 8  # ChatML tokens around a turn (<|im_start|>, role, newlines, <|im_end|>), with a margin
+
+
+def exchanges(messages: list[dict]) -> tuple[list[dict], list[list[dict]]]:
+    """The leading system turns and the rest cut after each assistant turn (input turns + answer)."""
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    parts: list[list[dict]] = []
+    current: list[dict] = []
+    for message in messages[head:]:
+        current.append(message)
+        if message.get("role") == "assistant":
+            parts.append(current)
+            current = []
+    if current:
+        parts.append(current)
+    return messages[:head], parts
+
+
+def turn_tokens(tokenizer, turns: list[dict]) -> int:
+    """Estimated tokens of these turns in a ChatML-style template (one batched tokenizer call)."""
+    if not turns:
+        return 0
+    ids = tokenizer([str(m.get("content", "")) for m in turns], add_special_tokens=False)["input_ids"]
+    return sum(len(x) for x in ids) + TURN_OVERHEAD * len(turns)
+
+
+def fit_context(tokenizer, messages: list[dict], budget: int) -> list[dict]:
+    """The system turns plus the latest exchanges that fit in `budget` tokens; the last exchange always stays.
+
+    The context rule of an agent with a bounded window: the evaluation prompts a model with
+    it, and training chunks (`encode_chunks`) look the same, so both see alike contexts.
+    """
+    system, parts = exchanges(messages)
+    costs = [turn_tokens(tokenizer, part) for part in parts]
+    used = turn_tokens(tokenizer, system)
+    if not parts or used + sum(costs) <= budget:
+        return messages
+    first = len(parts) - 1
+    used += costs[-1]
+    while first > 0 and used + costs[first - 1] <= budget:
+        first -= 1
+        used += costs[first]
+    return system + [m for part in parts[first:] for m in part]
+
+
+def encode_chunks(tokenizer, messages: list[dict], max_length: int) -> list[Encoded]:
+    """A conversation as chunks of at most `max_length` tokens that all carry answer tokens.
+
+    A conversation that fits is one chunk. A longer one is cut between exchanges (input turns
+    plus the answer); every chunk starts with the system prompt, so each answer is trained in a
+    context like the one `fit_context` gives at evaluation. An exchange longer than the budget
+    on its own keeps its first `max_length` tokens.
+    """
+    system, parts = exchanges(messages)
+    costs = [turn_tokens(tokenizer, part) for part in parts]
+    base = turn_tokens(tokenizer, system)
+    if base + sum(costs) <= max_length:
+        return [encode_conversation(tokenizer, messages, max_length)]
+    chunks: list[list[dict]] = []
+    current: list[dict] = []
+    used = base
+    for part, cost in zip(parts, costs):
+        if current and used + cost > max_length:
+            chunks.append(system + current)
+            current, used = [], base
+        current += part
+        used += cost
+    if current:
+        chunks.append(system + current)
+    encoded = []
+    for chunk in chunks:
+        if any(m.get("role") == "assistant" for m in chunk):
+            try:
+                encoded.append(encode_conversation(tokenizer, chunk, max_length))
+            except ConfigError:  # an answer cut off by a single over-long exchange
+                continue
+    return encoded or [encode_conversation(tokenizer, messages, max_length)]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
-from babylon_rl.train.data import dataset_texts, encode_conversation
+from babylon_rl.train.data import dataset_texts, encode_chunks
 from babylon_rl.train.models import set_threads
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -50,7 +50,7 @@ class TinySpec:
     warmup_steps: int = 150
     warmup_lr: float = 3e-3
     batch_size: int = 8
-    max_length: int = 512
+    max_length: int = 1024  # training chunk length (encode_chunks); at most max_positions
     seed: int = 0
 
 
@@ -127,7 +127,7 @@ def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec
     """Supervised fine-tuning on the assistant tokens only; returns the last loss."""
     import torch
 
-    encoded = [encode_conversation(tokenizer, c, spec.max_length) for c in conversations]
+    encoded = [e for c in conversations for e in encode_chunks(tokenizer, c, spec.max_length)]
     rng = random.Random(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr, weight_decay=0.0)
     model.train()

@@ -8,7 +8,9 @@ where logp_old is the policy before this step's first inner epoch (so the ratio 
 one inner epoch) and KL_t is the k3 estimator against the base model, computed with the
 adapter switched off (`disable_adapter`), so no second copy of the model is kept. Token
 losses are averaged per trajectory (only assistant tokens, from the chat template's
-generation masks), then over the step's trajectories.
+generation masks), then over the step's trajectories. A conversation longer than the
+model's context is trained as chunks (`encode_chunks`: system prompt + consecutive
+exchanges); its chunks share its advantage and its weight.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.train.data import Encoded, Group, encode_conversation
+from babylon_rl.train.data import Encoded, Group, encode_chunks
 from babylon_rl.train.models import load_causal_lm
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -68,6 +70,7 @@ class StepStats:
 class _Item:
     encoded: Encoded
     advantage: float
+    weight: float  # 1 / (chunks of its trajectory * trajectories of the step)
 
 
 def sha256(path: Path) -> str:
@@ -96,8 +99,14 @@ class TorchTrainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
 
     # -- tensors ------------------------------------------------------------------------
-    def encode(self, messages: list[dict]) -> Encoded:
-        return encode_conversation(self.tokenizer, messages, self.options.max_length)
+    @property
+    def max_length(self) -> int:
+        """Chunk length: the option, but never past the model's position limit."""
+        limit = getattr(self.model.config, "max_position_embeddings", None) or self.options.max_length
+        return min(self.options.max_length, int(limit))
+
+    def encode(self, messages: list[dict]) -> list[Encoded]:
+        return encode_chunks(self.tokenizer, messages, self.max_length)
 
     def _batch(self, encoded: list[Encoded]):
         import torch
@@ -117,33 +126,38 @@ class TorchTrainer:
         """Mean log-probability per assistant token of each conversation under the current policy."""
         import torch
 
-        out: list[float] = []
+        chunks = [(index, e) for index, m in enumerate(conversations) for e in self.encode(m)]
+        sums, counts = [0.0] * len(conversations), [0.0] * len(conversations)
         self.model.eval()
         with torch.no_grad():
-            for start in range(0, len(conversations), self.options.micro_batch):
-                encoded = [self.encode(m) for m in conversations[start : start + self.options.micro_batch]]
-                ids, attention, mask = self._batch(encoded)
+            for start in range(0, len(chunks), self.options.micro_batch):
+                part = chunks[start : start + self.options.micro_batch]
+                ids, attention, mask = self._batch([e for _, e in part])
                 logp = self._token_logprobs(ids, attention)
-                out += ((logp * mask).sum(1) / mask.sum(1).clamp(min=1)).tolist()
-        return out
+                for (index, _), total, count in zip(part, (logp * mask).sum(1).tolist(), mask.sum(1).tolist()):
+                    sums[index] += total
+                    counts[index] += count
+        return [s / max(c, 1.0) for s, c in zip(sums, counts)]
 
     # -- one step -----------------------------------------------------------------------
     def train_step(self, groups: list[Group]) -> StepStats:
         import torch
 
         started = time.monotonic()
-        items = [_Item(self.encode(s.messages), a) for g in groups for s, a in zip(g.samples, g.advantages())]
+        pairs = [(self.encode(s.messages), a) for g in groups for s, a in zip(g.samples, g.advantages())]
+        items = [_Item(e, a, 1.0 / (len(chunks) * len(pairs))) for chunks, a in pairs for e in chunks]
         chunks = [items[i : i + self.options.micro_batch] for i in range(0, len(items), self.options.micro_batch)]
         tensors = [self._batch([it.encoded for it in chunk]) for chunk in chunks]
         advantages = [torch.tensor([it.advantage for it in chunk]).unsqueeze(1) for chunk in chunks]
+        weights = [torch.tensor([it.weight for it in chunk]) for chunk in chunks]
         old, ref = self._reference_logprobs(tensors)
         self.model.train()
         total_loss = total_kl = 0.0
         grad_norm = 0.0
         for _ in range(self.options.inner_epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for (ids, attention, mask), adv, old_lp, ref_lp in zip(tensors, advantages, old, ref):
-                loss, kl = self._loss(ids, attention, mask, adv, old_lp, ref_lp, len(items))
+            for (ids, attention, mask), adv, weight, old_lp, ref_lp in zip(tensors, advantages, weights, old, ref):
+                loss, kl = self._loss(ids, attention, mask, adv, weight, old_lp, ref_lp)
                 loss.backward()
                 total_loss += float(loss.detach()) / self.options.inner_epochs
                 total_kl += kl / self.options.inner_epochs
@@ -169,7 +183,7 @@ class TorchTrainer:
                     ref.append(None)
         return old, ref
 
-    def _loss(self, ids, attention, mask, adv, old_lp, ref_lp, n_items: int):
+    def _loss(self, ids, attention, mask, adv, weight, old_lp, ref_lp):
         import torch
 
         logp = self._token_logprobs(ids, attention)
@@ -182,9 +196,9 @@ class TorchTrainer:
             delta = ref_lp - logp
             kl = torch.exp(delta) - delta - 1
             per_token = per_token + self.options.kl_coef * kl
-            kl_value = float(((kl.detach() * mask).sum(1) / mask.sum(1).clamp(min=1)).sum()) / n_items
+            kl_value = float((((kl.detach() * mask).sum(1) / mask.sum(1).clamp(min=1)) * weight).sum())
         per_seq = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
-        return per_seq.sum() / n_items, kl_value
+        return (per_seq * weight).sum(), kl_value
 
     # -- eval ---------------------------------------------------------------------------
     def evaluate(self, groups: list[Group]) -> dict[str, float]:

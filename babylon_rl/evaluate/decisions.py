@@ -1,0 +1,85 @@
+"""The decision points of the held-out windows: what each logged agent was asked, and what it answered.
+
+A decision point is an assistant turn that answers a request for an action: the user turn
+right before it mentions a JSON action (as every action prompt of the game does), or the
+logged answer itself parses as an action. Free-text reasoning turns ("Think it through...")
+are context, not decisions. The prompt is every message before that turn: the agent's system
+prompt, its earlier observations and answers; never the ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.scoring import GroundTruth
+
+
+@dataclass(frozen=True)
+class Decision:
+    window_id: str
+    trajectory_id: str
+    agent_id: str
+    turn: int  # index of the assistant turn in the trajectory's messages
+    prompt: tuple[dict, ...]
+    logged_answer: str
+
+    @property
+    def observation(self) -> str:
+        users = [m for m in self.prompt if m.get("role") == "user"]
+        return str(users[-1].get("content", "")) if users else ""
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    dataset: str
+    decisions: list[Decision]
+    truths: dict[str, GroundTruth]
+
+    @property
+    def windows(self) -> list[str]:
+        return sorted({d.window_id for d in self.decisions})
+
+
+def _asks_for_action(message: dict) -> bool:
+    return message.get("role") == "user" and "json" in str(message.get("content", "")).lower()
+
+
+def decision_points(window_id: str, trajectory_id: str, agent_id: str, messages: list[dict]) -> list[Decision]:
+    points = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant" or i == 0:
+            continue
+        answer = str(message.get("content", ""))
+        if _asks_for_action(messages[i - 1]) or parse_action(answer) is not None:
+            points.append(Decision(window_id, trajectory_id, agent_id, i, tuple(messages[:i]), answer))
+    return points
+
+
+def load_eval_set(dataset_path: Path, name: str) -> EvalSet:
+    eval_file, contexts_file = dataset_path / "eval.parquet", dataset_path / "contexts.parquet"
+    if not eval_file.exists():
+        raise ConfigError(f"dataset {name!r} not found at {dataset_path}: build it with python cli.py dataset build --name {name}")
+    rows = pl.read_parquet(eval_file, columns=["trajectory_id", "window_id", "agent_id", "messages"])
+    if rows.is_empty():
+        raise ConfigError(
+            f"dataset {name!r} has no eval windows ({eval_file} is empty): rebuild it with a larger "
+            f"--eval-fraction or more windows, e.g. python cli.py dataset build --name {name} --eval-fraction 0.2 --force"
+        )
+    if not contexts_file.exists():
+        raise ConfigError(f"dataset {name!r} has no ground truth ({contexts_file} is missing): rebuild it with python cli.py dataset build --name {name} --force")
+    contexts = pl.read_parquet(contexts_file, columns=["window_id", "stocks_json", "prediction_markets_json"])
+    truths = {r["window_id"]: GroundTruth.from_json(r["window_id"], r["stocks_json"], r["prediction_markets_json"])
+              for r in contexts.iter_rows(named=True)}
+    decisions = []
+    for r in rows.sort("window_id", "trajectory_id").iter_rows(named=True):
+        if r["window_id"] in truths:
+            decisions += decision_points(r["window_id"], r["trajectory_id"], r["agent_id"], json.loads(r["messages"]))
+    if not decisions:
+        raise ConfigError(f"the eval windows of dataset {name!r} have no decision points (no assistant answers to action requests) with ground truth")
+    return EvalSet(name, decisions, truths)

@@ -1,0 +1,232 @@
+"""Who answers the decision points: the logged agents, a local model or an OpenAI-compatible endpoint.
+
+A policy maps prompts (chat message lists) to answer texts, in order. Local models answer
+greedily in batches (left padding, `max_new_tokens` bounded); a prompt longer than the
+model's context is fitted with `fit_context` (system prompt + the latest exchanges that fit),
+the same rule the trainer uses to chunk long conversations. Endpoints get the full prompt,
+temperature 0, and a failed request counts as an invalid answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+Progress = Callable[[int], None]
+
+
+class Policy(Protocol):
+    name: str
+
+    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]: ...
+
+
+@dataclass
+class LoggedPolicy:
+    """The behaviour policy: what the logged agents actually answered."""
+
+    answers: list[str]
+    name: str = "logged agents"
+
+    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+        on_done(len(prompts))
+        return list(self.answers)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved local model: a plain HF directory, or an adapter checkpoint on its base model."""
+
+    path: Path
+    adapter: bool
+    run_dir: Path | None  # HOME/runs/RUN when the model is a checkpoint of a run
+    base_model: str | None  # the adapter's base model (path or hub id)
+
+    @property
+    def checkpoint_key(self) -> str | None:
+        return self.path.name if self.run_dir and self.path.parent.name == "checkpoints" else None
+
+
+def _latest_checkpoint(run_dir: Path) -> Path | None:
+    from babylon_rl.train.runs import RunDir
+
+    steps = RunDir(run_dir).checkpoint_steps()
+    return RunDir(run_dir).checkpoint(steps[-1]) if steps else None
+
+
+def resolve_model(home: Home, value: str) -> ModelRef:
+    """A directory path, a model name in HOME/models, or a run name in HOME/runs (its latest checkpoint)."""
+    candidates = [Path(value).expanduser(), home.models / value]
+    if (home.runs / value).is_dir():
+        latest = _latest_checkpoint(home.runs / value)
+        if latest:
+            candidates.insert(1, latest)
+    for path in candidates:
+        if path.is_dir() and ((path / "adapter_config.json").exists() or (path / "config.json").exists()):
+            return _describe(path.resolve(), home)
+    if Path(value).expanduser().exists():
+        raise ConfigError(f"{value} is not a model directory (no config.json or adapter_config.json)")
+    raise ConfigError(
+        f"model {value!r} is not a model directory, a model in {home.models} or a run with checkpoints in {home.runs}; "
+        "for an OpenAI-compatible endpoint pass --base-url URL (then --model is the served model's name)"
+    )
+
+
+def _describe(path: Path, home: Home) -> ModelRef:
+    if not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise ConfigError(f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_FILES)}): save the tokenizer next to the weights")
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" and (path.parent.parent / "run.json").exists() else None
+    if path.name == "merged" and (path.parent / "run.json").exists():
+        run_dir = path.parent
+    adapter = (path / "adapter_config.json").exists()
+    base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") if adapter else None
+    return ModelRef(path, adapter, run_dir, base)
+
+
+def default_baseline(ref: ModelRef, home: Home) -> str | None:
+    """The model a checkpoint was trained from; for a plain model, HOME/models/tiny when it exists."""
+    if ref.base_model:
+        return ref.base_model
+    if ref.run_dir and (ref.run_dir / "run.json").exists():
+        return json.loads((ref.run_dir / "run.json").read_text()).get("base_model")
+    tiny = home.models / "tiny"
+    return str(tiny) if (tiny / "config.json").exists() and tiny.resolve() != ref.path else None
+
+
+@dataclass
+class LocalPolicy:
+    ref: ModelRef
+    name: str
+    max_new_tokens: int = 48
+    batch_size: int = 16
+    _model: object = field(default=None, repr=False)
+    _tokenizer: object = field(default=None, repr=False)
+
+    def load(self) -> "LocalPolicy":
+        import babylon_rl.train  # noqa: F401  (offline defaults before transformers loads)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from babylon_rl.train.models import set_threads
+
+        hf_logging.disable_progress_bar()
+        tokenizer = AutoTokenizer.from_pretrained(str(self.ref.path))
+        if self.ref.adapter:
+            import warnings
+
+            from peft import PeftModel
+
+            base = AutoModelForCausalLM.from_pretrained(self.ref.base_model)
+            with warnings.catch_warnings():  # peft calls a transformers 5 deprecated alias
+                warnings.simplefilter("ignore", FutureWarning)
+                model = PeftModel.from_pretrained(base, str(self.ref.path))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(self.ref.path))
+        model.eval()
+        set_threads(model)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._model, self._tokenizer = model, tokenizer
+        return self
+
+    @property
+    def context_budget(self) -> int | None:
+        limit = getattr(self._model.config, "max_position_embeddings", None)
+        return int(limit) - self.max_new_tokens if limit else None
+
+    def _encode(self, prompt: Sequence[dict]) -> list[int]:
+        from babylon_rl.train.data import fit_context
+
+        messages = list(prompt)
+        budget = self.context_budget
+        if budget:
+            messages = fit_context(self._tokenizer, messages, budget)
+        ids = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        return list(ids)[-budget:] if budget else list(ids)
+
+    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+        if self._model is None:
+            self.load()
+        encoded = [self._encode(p) for p in prompts]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths batch together
+        answers = [""] * len(encoded)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            for i, text in zip(batch, self._generate([encoded[i] for i in batch])):
+                answers[i] = text
+            on_done(len(batch))
+        return answers
+
+    def _generate(self, batch: list[list[int]]) -> list[str]:
+        import torch
+
+        tok = self._tokenizer
+        width = max(len(ids) for ids in batch)
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in batch])
+        attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
+        with torch.no_grad():
+            out = self._model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=self.max_new_tokens,
+                                       do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        return [tok.decode(row[width:], skip_special_tokens=True).strip() for row in out]
+
+
+@dataclass
+class EndpointPolicy:
+    """An OpenAI-compatible chat-completions endpoint (key from OPENAI_API_KEY, else a placeholder)."""
+
+    base_url: str
+    model: str
+    name: str
+    max_new_tokens: int = 48
+    concurrency: int = 8
+    timeout: float = 60.0
+    max_retries: int = 2
+    failures: int = 0
+    last_error: str = ""
+
+    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+        return asyncio.run(self._answer_all(prompts, on_done))
+
+    async def _answer_all(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+        import os
+
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
+                             timeout=self.timeout, max_retries=self.max_retries)
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(prompt: Sequence[dict]) -> str:
+            async with gate:
+                text = await self._complete(client, prompt)
+            on_done(1)
+            return text
+
+        try:
+            answers = await asyncio.gather(*(one(p) for p in prompts))
+        finally:
+            await client.close()
+        if prompts and self.failures == len(prompts):
+            raise ConfigError(f"every request to {self.base_url} (model {self.model!r}) failed: {self.last_error}")
+        return list(answers)
+
+    async def _complete(self, client, prompt: Sequence[dict]) -> str:
+        import openai
+
+        try:
+            reply = await client.chat.completions.create(
+                model=self.model, messages=list(prompt), temperature=0, max_tokens=self.max_new_tokens)
+            content = reply.choices[0].message.content if reply.choices else None
+            return content if isinstance(content, str) else ""
+        except (openai.APIError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            return ""

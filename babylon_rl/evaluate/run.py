@@ -1,0 +1,286 @@
+"""Replay evaluation, top to bottom: decision points -> answers -> actions -> scores -> intervals -> files.
+
+Every policy (the logged agents, the baseline, the model under test) answers the same
+decision points of the held-out eval windows; their answers are parsed into actions and
+scored against the window's ground truth (`scoring.py`); per-window totals give bootstrap
+intervals over windows (`stats.py`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.actions import KINDS, parse_action
+from babylon_rl.evaluate.decisions import EvalSet, load_eval_set
+from babylon_rl.evaluate.policies import (
+    EndpointPolicy, LocalPolicy, LoggedPolicy, ModelRef, Policy, default_baseline, resolve_model,
+)
+from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
+from babylon_rl.evaluate.stats import DEFAULT_RESAMPLES, Interval, difference_interval, ratio_interval, resample_indices
+from babylon_rl.settings import Home, mask_url
+
+METRICS = ("direction_accuracy", "pnl_per_decision", "valid_rate")
+CSV_COLUMNS = ["policy", "role", "model", "windows", "decisions"] + [
+    f"{m}{suffix}" for m in METRICS for suffix in ("", "_low", "_high")] + [f"share_{k}" for k in KINDS + ("invalid",)]
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    model: str
+    dataset: str
+    base_url: str | None = None
+    baseline: str | None = None  # None: the run's base model; "none": no baseline
+    max_new_tokens: int = 48
+    batch_size: int = 16
+    concurrency: int = 8
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT
+
+
+@dataclass
+class PolicyResult:
+    name: str
+    role: str  # logged | baseline | model
+    model: str
+    outcomes: list[Outcome]
+    metrics: dict[str, Interval] = field(default_factory=dict)
+    action_shares: dict[str, float] = field(default_factory=dict)
+    failed_requests: int = 0
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "role": self.role, "model": self.model, "decisions": len(self.outcomes),
+                "metrics": {k: v.to_dict() for k, v in self.metrics.items()}, "action_shares": self.action_shares,
+                "failed_requests": self.failed_requests}
+
+
+@dataclass
+class EvalResult:
+    options: EvalOptions
+    eval_set: EvalSet
+    policies: list[PolicyResult]
+    comparison: dict
+    output_dir: Path
+    run_dir: Path | None
+    checkpoint_key: str | None
+    created_at: str
+
+    @property
+    def model_result(self) -> PolicyResult:
+        return next(p for p in self.policies if p.role == "model")
+
+    def to_dict(self) -> dict:
+        o = self.options
+        return {
+            "dataset": o.dataset, "model": o.model, "base_url": mask_url(o.base_url) if o.base_url else None,
+            "baseline": next((p.model for p in self.policies if p.role == "baseline"), None),
+            "windows": len(self.eval_set.windows), "decisions": len(self.eval_set.decisions),
+            "threshold_pct": o.threshold_pct, "max_new_tokens": o.max_new_tokens,
+            "bootstrap": {"resamples": o.resamples, "seed": o.seed, "unit": "window", "level": 0.95},
+            "policies": [p.to_dict() for p in self.policies], "comparison": self.comparison, "created_at": self.created_at,
+        }
+
+
+# -- the evaluation ---------------------------------------------------------------------
+def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> EvalResult:
+    """Score the logged agents, the baseline and the model on the dataset's eval windows."""
+    eval_set = load_eval_set(home.datasets / options.dataset, options.dataset)
+    model_policy, ref = _model_policy(home, options)
+    policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]
+    baseline = _baseline_policy(home, options, ref)
+    if baseline:
+        policies.append(("baseline", baseline))
+    policies.append(("model", model_policy))
+
+    prompts = [d.prompt for d in eval_set.decisions]
+    results = []
+    for role, policy in policies:
+        progress = on_policy(policy.name, len(prompts)) if on_policy else (lambda n: None)
+        answers = policy.answer(prompts, progress)
+        results.append(_score(role, policy, answers, eval_set, options))
+
+    indices = resample_indices(len(eval_set.windows), options.resamples, options.seed)
+    for result in results:
+        _summarise(result, eval_set, indices)
+    comparison = _compare(results, eval_set, indices)
+    output_dir = _output_dir(home, options, ref)
+    return EvalResult(options, eval_set, results, comparison, output_dir, ref.run_dir if ref else None,
+                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _model_policy(home: Home, options: EvalOptions) -> tuple[Policy, ModelRef | None]:
+    if options.base_url:
+        return EndpointPolicy(options.base_url, options.model, f"model {options.model}", options.max_new_tokens,
+                              options.concurrency), None
+    ref = resolve_model(home, options.model)
+    return LocalPolicy(ref, f"model {_short(ref.path, home)}", options.max_new_tokens, options.batch_size).load(), ref
+
+
+def _baseline_policy(home: Home, options: EvalOptions, ref: ModelRef | None) -> Policy | None:
+    wanted = options.baseline or (default_baseline(ref, home) if ref else None)
+    if not wanted or wanted.lower() == "none":
+        return None
+    try:
+        base = resolve_model(home, wanted)
+    except ConfigError:
+        if not options.base_url:
+            raise
+        return EndpointPolicy(options.base_url, wanted, f"baseline {wanted}", options.max_new_tokens, options.concurrency)
+    return LocalPolicy(base, f"baseline {_short(base.path, home)}", options.max_new_tokens, options.batch_size).load()
+
+
+def _short(path: Path, home: Home) -> str:
+    try:
+        return str(path.relative_to(home.root))
+    except ValueError:
+        return str(path)
+
+
+def _score(role: str, policy: Policy, answers: list[str], eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
+    outcomes = [
+        score_action(parse_action(answer), read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct)
+        for d, answer in zip(eval_set.decisions, answers)
+    ]
+    model = getattr(policy, "model", None) or str(getattr(getattr(policy, "ref", None), "path", "logged"))
+    return PolicyResult(policy.name, role, model, outcomes, failed_requests=getattr(policy, "failures", 0))
+
+
+# -- statistics -------------------------------------------------------------------------
+def _per_window(outcomes: list[Outcome], eval_set: EvalSet) -> dict[str, np.ndarray]:
+    index = {w: i for i, w in enumerate(eval_set.windows)}
+    totals = {k: np.zeros(len(index)) for k in ("decisions", "correct", "pnl", "valid")}
+    for decision, outcome in zip(eval_set.decisions, outcomes):
+        i = index[decision.window_id]
+        totals["decisions"][i] += 1
+        totals["correct"][i] += outcome.correct
+        totals["pnl"][i] += outcome.pnl
+        totals["valid"][i] += outcome.valid
+    return totals
+
+
+def _summarise(result: PolicyResult, eval_set: EvalSet, indices: np.ndarray) -> None:
+    t = _per_window(result.outcomes, eval_set)
+    result.metrics = {
+        "direction_accuracy": ratio_interval(t["correct"], t["decisions"], indices),
+        "pnl_per_decision": ratio_interval(t["pnl"], t["decisions"], indices),
+        "valid_rate": ratio_interval(t["valid"], t["decisions"], indices),
+    }
+    n = max(len(result.outcomes), 1)
+    result.action_shares = {k: sum(o.kind == k for o in result.outcomes) / n for k in KINDS + ("invalid",)}
+
+
+def _compare(results: list[PolicyResult], eval_set: EvalSet, indices: np.ndarray) -> dict:
+    """The model against the baseline and the logged agents: paired differences with intervals."""
+    model = next(r for r in results if r.role == "model")
+    out = {}
+    for other in (r for r in results if r.role != "model"):
+        a, b = _per_window(model.outcomes, eval_set), _per_window(other.outcomes, eval_set)
+        acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
+        pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
+        beats = acc.low > 0 and model.metrics["direction_accuracy"].value > other.metrics["direction_accuracy"].high
+        out[other.role] = {"direction_accuracy_diff": acc.to_dict(), "pnl_per_decision_diff": pnl.to_dict(),
+                           "beats_outside_interval": bool(beats)}
+    return out
+
+
+# -- outputs ----------------------------------------------------------------------------
+def _output_dir(home: Home, options: EvalOptions, ref: ModelRef | None) -> Path:
+    if ref and ref.run_dir:
+        return ref.run_dir
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(options.model).name or options.model).strip("-.") or "model"
+    return home.root / "evals" / f"{name}-{options.dataset}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_outputs(result: EvalResult) -> tuple[Path, Path]:
+    result.output_dir.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = result.output_dir / "eval.json", result.output_dir / "eval.csv"
+    _write_atomic(json_path, json.dumps(result.to_dict(), indent=2) + "\n")
+    rows = []
+    for p in result.policies:
+        row = {"policy": p.name, "role": p.role, "model": p.model, "windows": len(result.eval_set.windows), "decisions": len(p.outcomes)}
+        for m, interval in p.metrics.items():
+            row |= {m: round(interval.value, 6), f"{m}_low": round(interval.low, 6), f"{m}_high": round(interval.high, 6)}
+        row |= {f"share_{k}": round(v, 6) for k, v in p.action_shares.items()}
+        rows.append(row)
+    tmp = csv_path.with_name(".eval.csv.tmp")
+    with tmp.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, csv_path)
+    return json_path, csv_path
+
+
+def summary_metrics(result: EvalResult) -> dict:
+    """Flat metrics of every policy, for W&B and trained_models.evalMetrics."""
+    flat: dict = {"dataset": result.options.dataset, "windows": len(result.eval_set.windows),
+                  "decisions": len(result.eval_set.decisions)}
+    for p in result.policies:
+        for m, interval in p.metrics.items():
+            flat[f"{p.role}/{m}"] = interval.value
+            flat[f"{p.role}/{m}_low"] = interval.low
+            flat[f"{p.role}/{m}_high"] = interval.high
+    for role, diff in result.comparison.items():
+        flat[f"model_vs_{role}/direction_accuracy_diff"] = diff["direction_accuracy_diff"]["value"]
+        flat[f"model_vs_{role}/beats_outside_interval"] = diff["beats_outside_interval"]
+    return flat
+
+
+def log_wandb(result: EvalResult) -> str | None:
+    """Log the table and metrics to the run's W&B run (offline unless WANDB_API_KEY); None without a run."""
+    if result.run_dir is None:
+        return None
+    import babylon_rl.train  # noqa: F401  (W&B offline defaults)
+    import wandb
+
+    name = result.run_dir.name
+    run_id = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:64]
+    run = wandb.init(project=os.environ.get("WANDB_PROJECT", "babylon-rl"), name=name, id=run_id, resume="allow",
+                     dir=str(result.run_dir),
+                     mode="online" if os.environ.get("WANDB_API_KEY") and os.environ.get("WANDB_MODE") != "offline" else "offline",
+                     settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, x_disable_machine_info=True))
+    try:
+        columns = ["policy", "direction_accuracy", "low", "high", "pnl_per_decision", "valid_rate"]
+        table = wandb.Table(columns=columns, data=[
+            [p.name, p.metrics["direction_accuracy"].value, p.metrics["direction_accuracy"].low,
+             p.metrics["direction_accuracy"].high, p.metrics["pnl_per_decision"].value, p.metrics["valid_rate"].value]
+            for p in result.policies])
+        run.log({"replay_eval/table": table})
+        run.summary.update({f"replay_eval/{k}": v for k, v in summary_metrics(result).items()})
+        return run.id
+    finally:
+        run.finish()
+
+
+def write_database(result: EvalResult, url: str) -> int:
+    """Store the metrics on the checkpoint's trained_models row; returns the rows updated (0 or 1)."""
+    if result.run_dir is None or result.checkpoint_key is None:
+        return 0
+    from babylon_rl import db
+
+    model_id = f"{result.run_dir.name}:{result.checkpoint_key}"
+    metrics = {"replay_eval": summary_metrics(result)}
+    with db.connect(url) as conn, conn.transaction():
+        cur = conn.execute(
+            """UPDATE "trained_models" SET "evalMetrics" = COALESCE("evalMetrics", '{}'::jsonb) || %s::jsonb,
+                      "benchmarkScore" = %s, "updatedAt" = now()
+               WHERE "modelId" = %s""",
+            (json.dumps(metrics), result.model_result.metrics["direction_accuracy"].value, model_id),
+        )
+        return cur.rowcount

@@ -1,0 +1,148 @@
+"""`cli.py eval`: action parser, scoring on hand-made ground truth, bootstrap, local model and endpoint, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from babylon_rl.evaluate import GroundTruth, parse_action, read_observation, score_action
+from babylon_rl.evaluate.actions import Action
+from babylon_rl.evaluate.decisions import decision_points
+from babylon_rl.evaluate.stats import ratio_interval, resample_indices
+from tests.eval_factory import ANSWERS, contexts_row, observation, write_eval_dataset
+from tests.judge_server import JudgeServer
+from tests.train_support import build_template, install
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    return build_template(tmp_path_factory.mktemp("eval-template"))
+
+
+def _truth() -> GroundTruth:
+    row = contexts_row("2025-01-15T00:00", None)
+    return GroundTruth.from_json(row["window_id"], row["stocks_json"], row["prediction_markets_json"])
+
+
+# -- parser ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ('{"action": "buy", "ticker": "acme", "shares": 10}', Action("buy", ticker="ACME", shares=10)),
+    ('Sure! ```json\n{"action": "sell", "ticker": "BOLT", "shares": "5"}\n```', Action("sell", ticker="BOLT", shares=5)),
+    ('{"action": "bet", "market": "pm-1", "side": "yes", "amount": 12.5}', Action("bet", market="pm-1", side="YES", amount=12.5)),
+    ('{"action": "HOLD"}', Action("hold")),
+    ('{"note": 1} then {"action": "hold"}', Action("hold")),
+])
+def test_parse_valid_actions(text, expected):
+    assert parse_action(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "", None, "I think the market looks interesting right now, maybe buy something.", "{not json",
+    '{"action": "buy", "ticker": "ACME"}', '{"action": "buy", "ticker": "ACME", "shares": 0}',
+    '{"action": "buy", "ticker": "ACME", "shares": 2.5}', '{"action": "buy", "ticker": "ACME", "shares": true}',
+    '{"action": "bet", "market": "pm-1", "side": "MAYBE", "amount": 5}', '{"action": "short", "ticker": "ACME"}',
+    '{"action": "buy", "ticker": 7, "shares": 1}', "\x00\xff{{{{", '{"action": "sell", "ticker": "ACME", "shares": NaN}',
+])
+def test_parse_garbage_is_invalid(text):
+    assert parse_action(text) is None
+
+
+# -- scoring ----------------------------------------------------------------------------------
+def test_direction_and_counterfactual_pnl():
+    obs, truth = read_observation(observation(5)), _truth()
+    assert obs.prices == {"ACME": 101.0, "BOLT": 50.0} and obs.probabilities == {"pm-1": 0.5} and obs.cash == 10_000.0
+    buy = score_action(parse_action(ANSWERS[0]), obs, truth)
+    assert (buy.valid, buy.correct, buy.pnl) == (True, True, 10.0)  # 10 * (102 - 101)
+    sell = score_action(parse_action(ANSWERS[1]), obs, truth)
+    assert (sell.correct, sell.pnl) == (True, 10.0)  # 10 * (50 - 49)
+    bet = score_action(parse_action(ANSWERS[2]), obs, truth)
+    assert (bet.correct, bet.pnl) == (True, 50.0)  # 50 * (1 - 0.5) / 0.5
+    lost = score_action(Action("bet", market="pm-1", side="NO", amount=50), obs, truth)
+    assert (lost.correct, lost.pnl) == (False, -50.0)
+    assert score_action(Action("hold"), obs, truth).correct is False  # both stocks moved > 0.5 %
+    wrong = score_action(Action("buy", ticker="BOLT", shares=10), obs, truth)
+    assert (wrong.correct, wrong.pnl) == (False, -10.0)
+    assert score_action(Action("buy", ticker="NOPE", shares=1), obs, truth).valid is False
+    assert score_action(None, obs, truth).kind == "invalid"
+
+
+def test_price_fallback_threshold_and_cash_cap():
+    truth = GroundTruth.from_json("w", json.dumps([{"ticker": "ACME", "start_price": 100.0, "end_price": 100.3}]), "[]")
+    unreadable = read_observation("no prices here")
+    assert score_action(Action("hold"), unreadable, truth).correct is True  # 0.3 % from the start price
+    assert score_action(Action("buy", ticker="ACME", shares=1), unreadable, truth).correct is False
+    capped = score_action(Action("buy", ticker="ACME", shares=10**9), read_observation("cash $1,000.00;"), truth)
+    assert capped.pnl == pytest.approx(10 * 0.3)  # floor(1000 / 100) shares
+
+
+def test_decision_points_skip_reasoning_turns():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "Think it through."},
+                {"role": "assistant", "content": "Bullish news."}, {"role": "user", "content": "Answer with one JSON action."},
+                {"role": "assistant", "content": "garbage"}, {"role": "user", "content": "next"},
+                {"role": "assistant", "content": '{"action": "hold"}'}]
+    points = decision_points("w", "t", "a", messages)
+    assert [p.turn for p in points] == [4, 6]
+    assert points[0].prompt == tuple(messages[:4]) and points[0].logged_answer == "garbage"
+
+
+def test_bootstrap_is_deterministic_for_a_seed():
+    num, den = np.array([1, 5, 3, 0, 2.0]), np.array([4, 6, 5, 3, 4.0])
+    a = ratio_interval(num, den, resample_indices(5, 500, seed=3))
+    b = ratio_interval(num, den, resample_indices(5, 500, seed=3))
+    c = ratio_interval(num, den, resample_indices(5, 500, seed=4))
+    assert a == b and a != c
+    assert a.value == pytest.approx(11 / 22) and a.low <= a.value <= a.high
+
+
+# -- end to end -------------------------------------------------------------------------------
+def test_eval_local_model_path(template, home, run_cli):
+    h = install(template, home)
+    write_eval_dataset(home)
+    model = h.models / "tiny"
+    result = run_cli("eval", "--model", str(model), "--dataset", "ev", "--baseline", "none", "--resamples", "200")
+    assert result.exit_code == 0, result.output
+    report = json.loads((home / "evals" / "tiny-ev" / "eval.json").read_text())
+    logged = next(p for p in report["policies"] if p["role"] == "logged")
+    assert report["windows"] == 3 and report["decisions"] == 24
+    assert logged["metrics"]["direction_accuracy"]["value"] == pytest.approx(0.75)  # buy, sell, bet right; hold wrong
+    assert logged["metrics"]["valid_rate"]["value"] == 1.0
+    assert [p["role"] for p in report["policies"]] == ["logged", "model"]
+    assert (home / "evals" / "tiny-ev" / "eval.csv").read_text().startswith("policy,role,model")
+    assert "direction accuracy" in result.output
+
+
+def test_eval_endpoint_counts_garbage_as_invalid(home, run_cli):
+    write_eval_dataset(home)
+    answers = iter(["not an action", '{"action": "buy", "ticker": "ACME", "shares": 3}'] * 100)
+    with JudgeServer() as server:
+        server.reply = lambda body: next(answers)
+        result = run_cli("eval", "--model", "policy-x", "--base-url", server.base_url, "--dataset", "ev", "--resamples", "200")
+        assert result.exit_code == 0, result.output
+        assert len(server.requests) == 24
+        assert server.requests[0]["body"]["messages"][0]["role"] == "system"
+        assert server.requests[0]["body"]["temperature"] == 0
+    report = json.loads((home / "evals" / "policy-x-ev" / "eval.json").read_text())
+    model = next(p for p in report["policies"] if p["role"] == "model")
+    assert model["metrics"]["valid_rate"]["value"] == pytest.approx(0.5)
+    assert model["action_shares"]["invalid"] == pytest.approx(0.5)
+
+
+def test_eval_errors_exit_2(template, home, run_cli):
+    h = install(template, home)
+    write_eval_dataset(home, name="empty", eval_windows=False)
+    result = run_cli("eval", "--model", "tiny", "--dataset", "empty")
+    assert result.exit_code == 2 and "no eval windows" in result.output
+    write_eval_dataset(home)
+    bare = home / "bare"
+    shutil.copytree(h.models / "tiny", bare)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json"):
+        (bare / name).unlink(missing_ok=True)
+    result = run_cli("eval", "--model", str(bare), "--dataset", "ev")
+    assert result.exit_code == 2 and "has no tokenizer" in result.output
+    with JudgeServer() as server:
+        server.mode = "500"
+        result = run_cli("eval", "--model", "m", "--base-url", server.base_url, "--dataset", "ev", "--concurrency", "16")
+    assert result.exit_code == 2 and "every request" in result.output
