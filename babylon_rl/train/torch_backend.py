@@ -96,6 +96,7 @@ class TorchTrainer:
             warnings.simplefilter("ignore", FutureWarning)
             self.model = get_peft_model(base, lora)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self._encoded: dict[str, list[Encoded]] = {}  # trajectory id -> chunks (a dataset is immutable)
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
 
     # -- tensors ------------------------------------------------------------------------
@@ -107,6 +108,13 @@ class TorchTrainer:
 
     def encode(self, messages: list[dict]) -> list[Encoded]:
         return encode_chunks(self.tokenizer, messages, self.max_length)
+
+    def encode_sample(self, sample) -> list[Encoded]:
+        """The chunks of a trajectory, tokenised once per run (the chat template is the slow part)."""
+        chunks = self._encoded.get(sample.trajectory_id)
+        if chunks is None:
+            chunks = self._encoded[sample.trajectory_id] = self.encode(sample.messages)
+        return chunks
 
     def _batch(self, encoded: list[Encoded]):
         import torch
@@ -144,8 +152,9 @@ class TorchTrainer:
         import torch
 
         started = time.monotonic()
-        pairs = [(self.encode(s.messages), a) for g in groups for s, a in zip(g.samples, g.advantages())]
+        pairs = [(self.encode_sample(s), a) for g in groups for s, a in zip(g.samples, g.advantages())]
         items = [_Item(e, a, 1.0 / (len(chunks) * len(pairs))) for chunks, a in pairs for e in chunks]
+        items.sort(key=lambda it: len(it.encoded.input_ids))  # similar lengths share a micro-batch: little padding
         chunks = [items[i : i + self.options.micro_batch] for i in range(0, len(items), self.options.micro_batch)]
         tensors = [self._batch([it.encoded for it in chunk]) for chunk in chunks]
         advantages = [torch.tensor([it.advantage for it in chunk]).unsqueeze(1) for chunk in chunks]
