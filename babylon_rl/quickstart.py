@@ -26,18 +26,23 @@ if TYPE_CHECKING:
 
 NAME = "quickstart"
 MARKER = "quickstart.json"
+TINY_CONTEXT = 640
 START = datetime(2025, 1, 1)  # a fixed history: the same seed gives the same market on every machine
 
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    agents: int = 10
-    windows: int = 60
-    steps_per_window: int = 5
+    # The defaults are the measured working settings (docs/BENCHMARKS.md, "Quickstart"): few
+    # decisions per trajectory, so the trajectory's score is about those decisions; 16 agents
+    # per window group; the tiny model fine-tuned whole (lora_r 0) with a KL penalty.
+    agents: int = 16
+    windows: int = 80
+    steps_per_window: int = 2
     steps: int | None = None  # training steps; None = --epochs
-    epochs: int = 2
-    groups_per_step: int = 4
-    learning_rate: float = 2e-3
+    epochs: int = 1
+    groups_per_step: int = 2
+    learning_rate: float = 5e-4
+    kl_coef: float = 0.05
     warmup_steps: int = 150
     eval_fraction: float = 0.2
     seed: int = 0
@@ -101,15 +106,19 @@ def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
         ctx.build()
     with _stage(ctx, result, 3, "dataset build"):
         ctx.dataset_build(BuildParams(name=NAME, lookback_hours=options.windows + 1, target_trajectories=100_000,
+                                      max_group_size=max(options.agents, 5), min_actions=min(options.steps_per_window, 5),
                                       eval_fraction=options.eval_fraction, seed=options.seed), force=True)
     with _stage(ctx, result, 4, "model init-tiny"):
-        ctx.model_init_tiny(NAME, "tiny", hidden=64, layers=2, heads=4, vocab_size=512,
-                            warmup_steps=options.warmup_steps, seed=options.seed)
+        # context 640: the system prompt and the current observation (~520 tokens) fit, and a
+        # shorter context is ~2x faster to train than 1,024 (docs/BENCHMARKS.md)
+        ctx.model_init_tiny(NAME, "tiny", hidden=64, layers=2, heads=4, vocab_size=1024, max_positions=TINY_CONTEXT,
+                            max_length=TINY_CONTEXT, warmup_steps=options.warmup_steps, seed=options.seed)
     with _stage(ctx, result, 5, "score --judge heuristic"):
         ctx.score(NAME, ScoreOptions(judge="heuristic"))
     with _stage(ctx, result, 6, "train --backend torch"):
         trained = ctx.train(dataset=NAME, backend="torch", base_model="tiny", run_name=NAME,
                             learning_rate=options.learning_rate, groups_per_step=options.groups_per_step,
+                            kl_coef=options.kl_coef, lora_r=0,
                             max_steps=options.steps, epochs=None if options.steps else options.epochs, seed=options.seed)
     with _stage(ctx, result, 7, "eval: base vs trained vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=NAME, dataset=NAME, seed=options.seed))
@@ -125,6 +134,21 @@ def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
     return result
 
 
+def learning_verdict(evaluation) -> list[str]:
+    """The learning check in words: does the trained model beat each reference outside the interval?"""
+    names = {"baseline": "the warm-started (imitation-only) tiny model", "logged": "the logged agents"}
+    lines = []
+    for role in ("baseline", "logged"):
+        diff = evaluation.comparison.get(role)
+        if not diff:
+            continue
+        d = diff["direction_accuracy_diff"]
+        verdict = "[bold green]BEATS[/bold green]" if diff["beats_outside_interval"] else "[bold red]does NOT beat[/bold red]"
+        lines.append(f"trained model {verdict} {names[role]} outside the 95 % interval: direction accuracy "
+                     f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+    return lines
+
+
 def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: QuickstartResult) -> None:
     from babylon_rl.evaluate.table import eval_table
 
@@ -132,6 +156,8 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
                                                     "artifacts": result.artifacts}, indent=2) + "\n")
     ctx.console.rule("[bold]quickstart summary")
     ctx.console.print(eval_table(result.eval))
+    for line in learning_verdict(result.eval):
+        ctx.console.print(line)
     table = Table(show_header=False, title=f"artifacts ({sum(result.stages.values()):.0f}s in all)")
     table.add_column("")
     table.add_column("", overflow="fold")

@@ -22,7 +22,8 @@ def test_quickstart_small_end_to_end(home, run_cli):
     for name in ("warehouse", "dataset", "base model", "run", "adapter", "eval", "report"):
         assert Path(artifacts[name]).exists(), name
         assert name in out
-    assert (home / "runs" / "quickstart" / "checkpoints" / "step-3" / "adapter_model.safetensors").exists()
+    assert (home / "runs" / "quickstart" / "checkpoints" / "step-3" / "model.safetensors").exists()  # lora_r 0: the whole tiny model
+    assert "outside the 95 % interval" in out
     assert (home / "datasets" / "quickstart" / "scores.parquet").exists()
     evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
     assert [p["role"] for p in evaluation["policies"]] == ["logged", "baseline", "model"]

@@ -198,3 +198,30 @@ def test_dataset_without_scores_is_scored_first(template, home, run_cli):
     scores = pl.read_parquet(home / "datasets" / "ds" / "scores.parquet")
     assert set(scores["judge"]) == {"heuristic"}
     assert (home / "runs" / "x" / "metrics.csv").exists()
+
+
+def test_full_fine_tune_with_kl_checkpoints_and_resumes(template, home):
+    """lora_r 0 trains the whole model against a frozen copy (KL > 0), saves it whole and resumes exactly."""
+    h = install(template, home)
+    config = TrainConfig(dataset="ds", base_model="tiny", groups_per_step=2, learning_rate=1e-3, max_steps=4,
+                         run_name="full", checkpoint_every=2, lora_r=0, kl_coef=0.1)
+    result = train(h, config)
+    step2, step4 = (h.runs / "full" / "checkpoints" / f"step-{s}" for s in (2, 4))
+    assert (step4 / "model.safetensors").exists() and (step4 / "config.json").exists()
+    assert not (step4 / "adapter_model.safetensors").exists()
+    kls = [float(r["kl"]) for r in csv.DictReader((result.run_dir / "metrics.csv").open())]
+    assert kls[0] == 0.0 and kls[-1] > 0.0  # the policy moves away from the frozen reference, and KL sees it
+
+    import torch
+    from safetensors.torch import load_file
+
+    trainer = TorchTrainer(str(h.models / "tiny"), TorchOptions(learning_rate=1e-3, lora_r=0, kl_coef=0.1))
+    assert trainer.load(step2)["step"] == 2
+    data = load_scored_dataset(h, "ds")
+    schedule = Schedule(len(data.train), 2, 0)
+    for step in (2, 3):
+        trainer.train_step([g for g in (data.train[i] for i in schedule.batch(step)) if g.has_spread])
+    final = load_file(str(step4 / "model.safetensors"))
+    for name, value in trainer.model.state_dict().items():
+        if name in final:
+            assert torch.allclose(value, final[name], atol=1e-6), name

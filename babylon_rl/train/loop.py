@@ -41,7 +41,7 @@ class TrainConfig(BaseModel):
     seed: int = 0
     kl_coef: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0)
-    lora_r: int = Field(8, ge=1)
+    lora_r: int = Field(8, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
 

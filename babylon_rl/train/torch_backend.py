@@ -6,7 +6,10 @@ per assistant token t:
     loss_t  = -min(ratio_t * A_i, clip(ratio_t, 1 - eps, 1 + eps) * A_i) + kl_coef * KL_t
 where logp_old is the policy before this step's first inner epoch (so the ratio is 1 with
 one inner epoch) and KL_t is the k3 estimator against the base model, computed with the
-adapter switched off (`disable_adapter`), so no second copy of the model is kept. Token
+adapter switched off (`disable_adapter`), so no second copy of the model is kept. With
+`lora_r = 0` the whole model is trained instead (the documented choice for the tiny model,
+where LoRA's extra layers cost more time than the 100k weights they spare) and the reference
+for KL is a frozen copy of the base model. Token
 losses are averaged per trajectory (only assistant tokens, from the chat template's
 generation masks), then over the step's trajectories. A conversation longer than the
 model's context is trained as chunks (`encode_chunks`: system prompt + consecutive
@@ -31,6 +34,7 @@ from babylon_rl.train.data import Encoded, Group, encode_chunks
 from babylon_rl.train.models import load_causal_lm
 
 ADAPTER_FILE = "adapter_model.safetensors"
+FULL_MODEL_FILE = "model.safetensors"  # lora_r = 0: the whole model is the checkpoint
 TRAINER_STATE = "trainer_state.pt"
 STATE_JSON = "state.json"
 
@@ -90,11 +94,21 @@ class TorchTrainer:
         self.base_model = base_model
         torch.manual_seed(options.seed)
         base, self.tokenizer = load_causal_lm(base_model)
-        lora = LoraConfig(r=options.lora_r, lora_alpha=2 * options.lora_r, lora_dropout=0.0,
-                          target_modules="all-linear", task_type="CAUSAL_LM")
-        with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 deprecated alias
-            warnings.simplefilter("ignore", FutureWarning)
-            self.model = get_peft_model(base, lora)
+        self.reference = None
+        if options.lora_r == 0:  # full fine-tune; the frozen base model is the KL reference
+            import copy
+
+            self.model = base
+            if options.kl_coef > 0:
+                self.reference = copy.deepcopy(base).eval()
+                for p in self.reference.parameters():
+                    p.requires_grad_(False)
+        else:
+            lora = LoraConfig(r=options.lora_r, lora_alpha=2 * options.lora_r, lora_dropout=0.0,
+                              target_modules="all-linear", task_type="CAUSAL_LM")
+            with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 deprecated alias
+                warnings.simplefilter("ignore", FutureWarning)
+                self.model = get_peft_model(base, lora)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self._encoded: dict[str, list[Encoded]] = {}  # trajectory id -> chunks (a dataset is immutable)
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
@@ -126,8 +140,12 @@ class TorchTrainer:
         mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in encoded])
         return ids, attention, mask[:, 1:].float()
 
-    def _token_logprobs(self, ids, attention):
-        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    @property
+    def full(self) -> bool:
+        return self.options.lora_r == 0
+
+    def _token_logprobs(self, ids, attention, model=None):
+        logits = (model or self.model)(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
         return logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
     def sequence_logprobs(self, conversations: list[list[dict]]) -> list[float]:
@@ -186,8 +204,11 @@ class TorchTrainer:
             for ids, attention, _ in tensors:
                 old.append(self._token_logprobs(ids, attention) if self.options.inner_epochs > 1 else None)
                 if self.options.kl_coef > 0:
-                    with self.model.disable_adapter():
-                        ref.append(self._token_logprobs(ids, attention))
+                    if self.full:
+                        ref.append(self._token_logprobs(ids, attention, self.reference))
+                    else:
+                        with self.model.disable_adapter():
+                            ref.append(self._token_logprobs(ids, attention))
                 else:
                     ref.append(None)
         return old, ref
@@ -254,9 +275,14 @@ class TorchTrainer:
         from safetensors.torch import load_file
 
         state = read_checkpoint_state(directory)
-        adapter = directory / ADAPTER_FILE
+        adapter = directory / (FULL_MODEL_FILE if self.full else ADAPTER_FILE)
         try:
-            set_peft_model_state_dict(self.model, load_file(str(adapter)))
+            if self.full:
+                missing, unexpected = self.model.load_state_dict(load_file(str(adapter)), strict=False)
+                if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
+                    raise ValueError(f"weights do not match the model: {unexpected or missing}")
+            else:
+                set_peft_model_state_dict(self.model, load_file(str(adapter)))
         except Exception as exc:  # safetensors/torch raise several types for damaged files
             raise CheckpointError(f"checkpoint file {adapter} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
         trainer_file = directory / TRAINER_STATE
@@ -274,7 +300,7 @@ class TorchTrainer:
         """The base model with the adapter folded in (a plain HF model), next to the checkpoints."""
         tmp = directory.with_name(directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        merged = self.model.merge_and_unload()
+        merged = self.model if self.full else self.model.merge_and_unload()
         merged.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         if directory.exists():
