@@ -125,16 +125,17 @@ def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool) -> None
 
 
 @cli.command()
+@click.option("--all", "include_samples", is_flag=True, help="Also write training_samples (large: every trajectory's messages).")
 @click.pass_obj
 @error_handler
-def export(obj: BabylonContext) -> None:
+def export(obj: BabylonContext, include_samples: bool) -> None:
     """Write the marts to HOME/exports/*.parquet for readers that must not lock the warehouse.
 
     \b
     Example:
       python cli.py export && duckdb -c "SELECT * FROM '.babylon/exports/windows.parquet' LIMIT 5"
     """
-    obj.export()
+    obj.export(include_samples)
 
 
 @cli.command()

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+import duckdb
+
 from babylon_rl import locks, warehouse
 from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import PROJECT_ROOT, Home
@@ -26,8 +28,16 @@ EPOCH = datetime(1970, 1, 1)
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _plan_horizon() -> datetime:
+    """The latest end SQLMesh accepts: its execution time is now truncated to the minute."""
+    return _utcnow().replace(second=0, microsecond=0) - timedelta(minutes=1)
 MART_SCHEMA = "babylon"
-PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context", "training_samples")
+# Published after every build: the analysts' tables. training_samples (the bulk of the
+# bytes, read by `dataset build` from the warehouse) only on `cli.py export --all`.
+PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context")
+ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
 
 
 @dataclass
@@ -91,37 +101,73 @@ def _restate_range(dirty: list[datetime], window_hours: int) -> tuple[datetime, 
     return min(dirty), max(dirty) + timedelta(hours=window_hours)
 
 
+def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
+    """From the first day of raw data to the end of its last day: outside it every interval is empty."""
+    conn = warehouse.connect(home, read_only=True)
+    try:
+        oldest, newest = conn.execute(
+            """WITH starts AS (
+                   SELECT coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), "startTime") AS t FROM raw.trajectories
+                   UNION ALL SELECT "startTime" FROM raw.trajectories
+                   UNION ALL SELECT try_strptime("windowId", '%Y-%m-%dT%H:%M') FROM raw.market_outcomes
+               )
+               SELECT min(t), max(t) FROM starts"""
+        ).fetchone()
+    except duckdb.CatalogException:
+        return None
+    finally:
+        conn.close()
+    if oldest is None:
+        return None
+    first = datetime(oldest.year, oldest.month, oldest.day)
+    return first, datetime(newest.year, newest.month, newest.day) + timedelta(days=1)
+
+
 def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tuple[tuple[datetime, datetime] | None, dict]:
-    """Plan/apply prod, then restate the dirty window range of every incremental model."""
+    """Apply the models to prod, computing only windows that have data, then restate the dirty ones.
+
+    SQLMesh would backfill every interval from the models' configured start, batch by
+    batch, although the game's data begins later. So the plan records missing intervals as
+    processed without computing them (`empty_backfill`), and the toolkit restates what
+    holds data: every day with data when a model version is new (the
+    first build, or a changed model), otherwise the windows whose raw rows changed.
+    """
+    data_days = _days_with_data(home)
     context = sqlmesh_context(home)
     try:
-        first_build = context.state_reader.get_environment("prod") is None
-        context.plan("prod", auto_apply=True, no_prompts=True)
-        restate = None if first_build else _restate_range(dirty, window_hours)
+        before = _model_versions(context)
+        context.plan("prod", auto_apply=True, no_prompts=True, empty_backfill=True)
+        after = _model_versions(context)
+        if data_days is None:
+            return None, after
+        if {name: v for name, (_, v) in before.items()} != {name: v for name, (_, v) in after.items()}:
+            restate = data_days
+        else:
+            restate = _restate_range(dirty, window_hours)
+            if restate is not None and restate[0] == EPOCH:
+                restate = data_days
         if restate is not None:
             start, end = restate
-            if start == EPOCH:
-                start = None  # a full copy: every window from each model's own start
             context.plan(
                 "prod",
                 restate_models=_incremental_models(context),
                 start=start,
-                end=min(end, _utcnow()),
+                end=min(end, _plan_horizon()),
                 auto_apply=True,
                 no_prompts=True,
             )
-        return restate, _model_versions(context)
+        return restate, after
     finally:
         context.close()
 
 
-def publish_marts(home: Home) -> list[str]:
+def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
     """Write the marts to exports/*.parquet (temp file, then rename) for readers during builds."""
     conn = warehouse.connect(home, read_only=True)
     written = []
     try:
         home.exports.mkdir(parents=True, exist_ok=True)
-        for mart in PUBLISHED_MARTS:
+        for mart in marts:
             exists = conn.execute(
                 "SELECT count(*) FROM information_schema.tables WHERE table_schema = $s AND table_name = $t",
                 {"s": MART_SCHEMA, "t": mart},

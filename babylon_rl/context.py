@@ -99,8 +99,8 @@ class BabylonContext:
         )
         return result
 
-    def export(self) -> list[str]:
-        written = build.publish_marts(self.home)
+    def export(self, include_samples: bool = False) -> list[str]:
+        written = build.publish_marts(self.home, build.ALL_MARTS if include_samples else build.PUBLISHED_MARTS)
         for path in written:
             self.console.print(path)
         return written

@@ -127,6 +127,15 @@ def test_build_publishes_marts_readable_while_the_warehouse_is_held(run_cli, bui
         holder.wait()
 
 
+def test_export_all_adds_training_samples(run_cli, built: str, home: Path) -> None:
+    assert not (home / "exports" / "training_samples.parquet").exists()  # too big to publish on every build
+    result = run_cli("export", "--all")
+    assert result.exit_code == 0, result.output
+    with duckdb.connect() as reader:
+        rows = reader.execute(f"SELECT count(*) FROM '{home / 'exports' / 'training_samples.parquet'}'").fetchone()[0]
+    assert rows == _warehouse(home, "SELECT count(*) FROM babylon.training_samples")[0][0] > 0
+
+
 def test_a_second_build_waits_for_the_lock_or_refuses(run_cli, built: str, home: Path) -> None:
     with locks.exclusive(home / "build.lock", 0):
         refused = run_cli("--database-url", built, "build")
