@@ -13,7 +13,17 @@
 MODEL (
   name babylon.rejected_rows,
   kind VIEW,
-  grain (source_table, source_id, reason)
+  grain (source_table, source_id, reason),
+  audits (
+    unique_combination_of_columns(columns := (source_table, source_id, reason)),
+    not_null(columns := (source_table, source_id, reason))
+  ),
+  column_descriptions (
+    source_table = 'The raw table of the row: trajectories, llm_call_logs or market_outcomes',
+    source_id = 'The raw row''s id',
+    reason = 'Short code of why the row is not staged, e.g. steps_not_json, no_pnl, outcome_without_instrument',
+    detail = 'Human-readable explanation of reason'
+  )
 );
 
 WITH checked_trajectories AS (

@@ -3,7 +3,11 @@
 MODEL (
   name staging.market_outcomes,
   kind VIEW,
-  grain (window_id, instrument_kind, instrument_id)
+  grain (window_id, instrument_kind, instrument_id),
+  audits (
+    unique_combination_of_columns(columns := (window_id, instrument_kind, instrument_id)),
+    not_null(columns := (source_id, window_id, instrument_kind, instrument_id))
+  )
 );
 
 SELECT

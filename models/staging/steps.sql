@@ -2,7 +2,11 @@
 MODEL (
   name staging.steps,
   kind VIEW,
-  grain (source_id, step_position)
+  grain (source_id, step_position),
+  audits (
+    unique_combination_of_columns(columns := (source_id, step_position)),
+    not_null(columns := (source_id, step_position, agent_id, window_id))
+  )
 );
 
 SELECT
