@@ -90,25 +90,41 @@ class Staged:
     content_hash: str
 
 
-def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame) -> Staged:
+def _write_error(name: str, where: Path, exc: BaseException) -> DatasetError:
+    """One line for a failed write (disk full, file too large, read-only): the OS reason, not a traceback."""
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    reason = getattr(exc, "strerror", None) or re.sub(r"^.*underlying IO error: ", "", text)
+    return DatasetError(f"cannot write dataset {name!r} under {where}: {reason}; nothing was published, "
+                        "free some space (or choose another --home) and run it again")
+
+
+def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame, name: str = "") -> Staged:
     """Write the split files and the window contexts into a fresh hidden directory inside datasets/."""
     home.datasets.mkdir(parents=True, exist_ok=True)
     sweep_stale(home)
     directory = _work_dir(home, "tmp")
-    directory.mkdir()
-    files = []
-    for split in SPLITS:
-        path = directory / f"{split}.parquet"
-        frames[split].write_parquet(path, **PARQUET_OPTIONS)
-        files.append(path)
-    contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
-    files.append(directory / CONTEXTS)
+    try:
+        directory.mkdir()
+        files = []
+        for split in SPLITS:
+            path = directory / f"{split}.parquet"
+            frames[split].write_parquet(path, **PARQUET_OPTIONS)
+            files.append(path)
+        contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
+        files.append(directory / CONTEXTS)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise _write_error(name, home.datasets, exc) from None
     return Staged(directory=directory, files=files, content_hash=hash_files(files))
 
 
 def publish(home: Home, staged: Staged, name: str, manifest: dict, force: bool) -> Path:
     """Add the manifest and move the staged directory to datasets/<name> (swap when --force)."""
-    (staged.directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    try:
+        (staged.directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        discard(staged)
+        raise _write_error(name, home.datasets, exc) from None
     target = dataset_dir(home, name)
     if not target.exists():
         try:
