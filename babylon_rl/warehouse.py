@@ -7,6 +7,7 @@ directly. SQLMesh models read only `raw.*`.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,17 +128,15 @@ def connect(home: Home, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         if "lock" in str(exc).lower():
             raise WarehouseError(
                 f"the warehouse {home.warehouse} is in use by another process ({_lock_holder(str(exc))}); "
-                "wait for it to finish, or read the published copy with `cli.py export`"
+                f"wait for it to finish, or query the copy the last build published in {home.exports}"
             ) from None
         raise WarehouseError(f"cannot open the warehouse {home.warehouse}: {exc}") from None
 
 
 def _lock_holder(message: str) -> str:
-    # DuckDB says "Conflicting lock is held in <exe> (PID 1234)".
-    marker = "Conflicting lock is held in"
-    if marker in message:
-        return message.split(marker, 1)[1].split(".")[0].strip()
-    return "lock held"
+    # DuckDB says "Conflicting lock is held in <exe> (PID 1234) by user root".
+    found = re.search(r"PID (\d+)", message)
+    return f"process {found.group(1)}" if found else "another process"
 
 
 def create_raw_schema(conn: duckdb.DuckDBPyConnection) -> None:

@@ -1,0 +1,252 @@
+"""Portable JSON and casting helpers for the models.
+
+The models are written in DuckDB SQL and SQLMesh transpiles them for each gateway.
+sqlglot transpiles plain JSON paths, but not JSON validation, JSON arrays or safe casts
+(`TRY_CAST` becomes a plain `CAST` on PostgreSQL, which fails on bad input), so those go
+through the macros below. Each one emits the native form for the gateway's `sql_engine`
+variable (see config.yaml):
+
+  duckdb    DuckDB's JSON type and TRY_CAST: a JSON value is text, a JSON array is JSON[].
+  postgres  jsonb, and the small functions in schema babylon_rl created by
+            @create_postgres_helpers() (config `before_all`), because PostgreSQL 15 has no
+            non-failing JSON parse.
+
+JSON values are handled as opaque values: build them with @json_array / @json_value,
+read them with @json_text / @json_kind, render them with CAST(... AS TEXT).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from sqlmesh import macro
+
+HELPER_SCHEMA = "babylon_rl"
+
+# Non-failing parsers for PostgreSQL: malformed input becomes NULL instead of an error.
+POSTGRES_HELPERS = f"""
+CREATE SCHEMA IF NOT EXISTS {HELPER_SCHEMA};
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.try_jsonb(doc text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+BEGIN
+    RETURN doc::jsonb;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_array(doc jsonb) RETURNS jsonb[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN ARRAY(SELECT jsonb_array_elements(doc)) END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_array(doc text) RETURNS jsonb[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT {HELPER_SCHEMA}.json_array({HELPER_SCHEMA}.try_jsonb(doc))
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_drop_system_turns(doc jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN (
+        SELECT COALESCE(jsonb_agg(turn ORDER BY position), '[]'::jsonb)::text
+        FROM jsonb_array_elements(doc) WITH ORDINALITY AS turns(turn, position)
+        WHERE (turn ->> 'role') IS DISTINCT FROM 'system'
+    ) END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_array_missing_key(elements jsonb[], key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT count(*) FROM unnest(elements) AS e(element)
+    WHERE jsonb_typeof(element) <> 'object' OR (element ->> key) IS NULL
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_system_turn(doc jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN (
+        SELECT turn ->> 'content'
+        FROM jsonb_array_elements(doc) WITH ORDINALITY AS turns(turn, position)
+        WHERE (turn ->> 'role') = 'system'
+        ORDER BY position
+        LIMIT 1
+    ) END
+$fn$;
+
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_array_missing_key(doc jsonb, key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN (
+        SELECT count(*) FROM jsonb_array_elements(doc) AS elements(element)
+        WHERE jsonb_typeof(element) <> 'object' OR (element ->> key) IS NULL
+    ) ELSE 0 END
+$fn$;
+"""
+
+
+def _postgres(evaluator) -> bool:
+    return evaluator.var("sql_engine", "duckdb") == "postgres"
+
+
+def _helper(name: str, *args: exp.Expression) -> exp.Expression:
+    # schema-qualified as a Dot of an identifier and a function: an Anonymous named
+    # "babylon_rl.x" would be rendered as one upper-cased, quoted identifier.
+    return exp.Dot(
+        this=exp.to_identifier(HELPER_SCHEMA),
+        expression=exp.Anonymous(this=name, expressions=list(args)),
+    )
+
+
+def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _keys(keys) -> list[str]:
+    return [key.this if isinstance(key, exp.Literal) else key.name for key in keys]
+
+
+def _duckdb_path(keys: list[str]) -> exp.Literal:
+    return exp.Literal.string("$" + "".join(f'."{key}"' for key in keys))
+
+
+@macro()
+def create_postgres_helpers(evaluator):
+    """`before_all` statements: on PostgreSQL, create the helper functions above; on DuckDB,
+    keep extension auto-install off for the run (the warehouse never touches the network)."""
+    if _postgres(evaluator):
+        # one statement per blank-line separated block of POSTGRES_HELPERS
+        statements = [part.strip().rstrip(";") for part in POSTGRES_HELPERS.split("\n\n") if part.strip()]
+        return [exp.Command(this="CREATE", expression=exp.Literal.string(stmt[len("CREATE"):])) for stmt in statements]
+    return evaluator.parse_one("SET autoinstall_known_extensions = false")
+
+
+@macro()
+def json_array(evaluator, doc):
+    """The elements of a JSON array (text or JSON) as a list; NULL unless `doc` is a valid JSON array."""
+    if _postgres(evaluator):
+        return _helper("json_array", doc)
+    return exp.TryCast(this=doc, to=exp.DataType.build("JSON[]", dialect="duckdb"))
+
+
+@macro()
+def json_value(evaluator, doc, *keys):
+    """The JSON value at doc.key1.key2... (NULL when missing)."""
+    names = _keys(keys)
+    if _postgres(evaluator):
+        return _fn("jsonb_extract_path", doc, *map(exp.Literal.string, names))
+    return _fn("json_extract", doc, _duckdb_path(names))
+
+
+@macro()
+def json_text(evaluator, doc, *keys):
+    """The value at doc.key1.key2... as text: strings unquoted, objects and arrays as JSON, JSON null as NULL."""
+    names = _keys(keys)
+    if _postgres(evaluator):
+        return _fn("jsonb_extract_path_text", doc, *map(exp.Literal.string, names))
+    return _fn("json_extract_string", doc, _duckdb_path(names))
+
+
+@macro()
+def json_kind(evaluator, doc):
+    """The JSON type of a value: 'object', 'array', 'string', 'number', 'boolean', 'null'; NULL when missing."""
+    if _postgres(evaluator):
+        return _fn("jsonb_typeof", doc)
+    return evaluator.parse_one(
+        f"""CASE json_type({doc.sql("duckdb")})
+              WHEN 'OBJECT' THEN 'object' WHEN 'ARRAY' THEN 'array' WHEN 'VARCHAR' THEN 'string'
+              WHEN 'BOOLEAN' THEN 'boolean' WHEN 'NULL' THEN 'null'
+              WHEN 'BIGINT' THEN 'number' WHEN 'UBIGINT' THEN 'number' WHEN 'DOUBLE' THEN 'number'
+            END"""
+    )
+
+
+@macro()
+def json_quote(evaluator, text):
+    """Text as a JSON string literal (quoted and escaped), for assembling JSON text."""
+    if _postgres(evaluator):
+        return exp.cast(_fn("to_jsonb", exp.cast(text, "TEXT")), "TEXT")
+    return exp.cast(_fn("to_json", exp.cast(text, "VARCHAR")), "VARCHAR")
+
+
+@macro()
+def json_drop_system_turns(evaluator, doc):
+    """A chat `messages` array (JSON) without its system turns, as JSON text; NULL unless an array."""
+    if _postgres(evaluator):
+        return _helper("json_drop_system_turns", doc)
+    return evaluator.parse_one(
+        f"""CAST(CAST(list_filter(TRY_CAST({doc.sql("duckdb")} AS JSON[]),
+                                  turn -> COALESCE(json_extract_string(turn, '$.role'), '') <> 'system') AS JSON) AS VARCHAR)"""
+    )
+
+
+@macro()
+def json_system_turn(evaluator, doc):
+    """The content of the first system turn of a chat `messages` array (JSON text); NULL when none."""
+    if _postgres(evaluator):
+        return _helper("json_system_turn", _helper("try_jsonb", exp.cast(doc, "TEXT")))
+    return evaluator.parse_one(
+        f"""json_extract_string(list_filter(TRY_CAST({doc.sql("duckdb")} AS JSON[]),
+                                turn -> json_extract_string(turn, '$.role') = 'system')[1], '$.content')"""
+    )
+
+
+_NUMBER = r"^\s*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$"
+_INTEGER = r"^\s*-?[0-9]{1,18}\s*$"
+
+
+@macro()
+def safe_double(evaluator, text):
+    """Text to DOUBLE, NULL when it is not a number."""
+    if _postgres(evaluator):
+        return _guarded_cast(text, _NUMBER, "DOUBLE PRECISION")
+    return exp.TryCast(this=text, to=exp.DataType.build("DOUBLE"))
+
+
+@macro()
+def safe_int(evaluator, text):
+    """Text to BIGINT, NULL when it is not an integer."""
+    if _postgres(evaluator):
+        return _guarded_cast(text, _INTEGER, "BIGINT")
+    return exp.TryCast(this=text, to=exp.DataType.build("BIGINT"))
+
+
+def _guarded_cast(text, pattern: str, type_: str) -> exp.Expression:
+    return exp.Case(
+        ifs=[exp.If(this=exp.RegexpLike(this=text, expression=exp.Literal.string(pattern)), true=exp.cast(text, type_, dialect="postgres"))]
+    )
+
+
+@macro()
+def json_array_missing_key(evaluator, doc, key):
+    """How many elements of a JSON array are not objects with a non-null `key` (0 for a NULL array)."""
+    if _postgres(evaluator):
+        return _helper("json_array_missing_key", doc, key)
+    name = _keys([key])[0]
+    return evaluator.parse_one(
+        f"""COALESCE(json_array_length({doc.sql("duckdb")})
+              - len(list_filter(json_extract_string({doc.sql("duckdb")}, '$[*]."{name}"'), value -> value IS NOT NULL)), 0)"""
+    )
+
+
+@macro()
+def json_length(evaluator, doc):
+    """The number of elements of a JSON array."""
+    if _postgres(evaluator):
+        return _fn("jsonb_array_length", doc)
+    return _fn("json_array_length", doc)
+
+
+@macro()
+def json_parse(evaluator, text):
+    """Text parsed as JSON; NULL when it is not valid JSON."""
+    if _postgres(evaluator):
+        return _helper("try_jsonb", exp.cast(text, "TEXT"))
+    return evaluator.parse_one(f"CASE WHEN json_valid({text.sql('duckdb')}) THEN CAST({text.sql('duckdb')} AS JSON) END")
+
+
+@macro()
+def finite(evaluator, value):
+    """A DOUBLE, with NaN and +-Infinity as NULL."""
+    v = value.sql("duckdb")
+    return evaluator.parse_one(
+        f"""CASE WHEN {v} IN (CAST('NaN' AS DOUBLE), CAST('Infinity' AS DOUBLE), CAST('-Infinity' AS DOUBLE))
+             THEN NULL ELSE {v} END"""
+    )

@@ -1,0 +1,157 @@
+"""Parsing stepsJson once, per gateway.
+
+`@parse_steps(doc)` turns a trajectory's stepsJson into a list of steps in ONE pass over the
+text: on DuckDB a single `json_transform` into typed structs (every field the models need,
+both step shapes, the LLM calls with their fields), on PostgreSQL the jsonb elements. A
+document that is not valid JSON or not an array gives NULL. The fields are then read with
+`@field(value, key, ...)` (struct access on DuckDB, jsonb_extract_path_text on PostgreSQL),
+always as text, and cast with @safe_double / @safe_int, so a number logged as a string or
+garbage where a number belongs becomes NULL instead of failing the build.
+
+`@json_kind_at(doc, element, position[, key])` is the slow path for the few dirty steps the
+struct cannot classify (not an object, llmCalls not an array): the JSON type of
+doc[position] (or doc[position].key) as 'object', 'array', 'string', ...
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlglot import exp
+
+from sqlmesh import macro
+
+_TEXT = "VARCHAR"
+
+# The fields of both step shapes (docs/TABLES.md) the models read; everything as text.
+LLM_CALL_FIELDS = {
+    "callId": _TEXT,
+    "timestamp": _TEXT,
+    "model": _TEXT,
+    "purpose": _TEXT,
+    "actionType": _TEXT,
+    "systemPrompt": _TEXT,
+    "userPrompt": _TEXT,
+    "messages": "JSON",
+    "response": _TEXT,
+    "reasoning": _TEXT,
+    "temperature": _TEXT,
+    "maxTokens": _TEXT,
+}
+STEP_FIELDS = {
+    "stepNumber": _TEXT,
+    "stepId": _TEXT,
+    "timestamp": _TEXT,
+    "environmentState": {"agentBalance": _TEXT, "agentPnL": _TEXT},
+    "action": {
+        "actionType": _TEXT,
+        "actionName": _TEXT,
+        "success": _TEXT,
+        "error": _TEXT,
+        "result": {"pnl": _TEXT},
+    },
+    "observation": "JSON",
+    "llmCalls": [LLM_CALL_FIELDS],
+}
+STEPS_STRUCTURE = json.dumps([STEP_FIELDS], separators=(",", ":"))
+
+
+def _on_postgres(evaluator) -> bool:
+    return evaluator.var("sql_engine", "duckdb") == "postgres"
+
+
+def _key_names(keys) -> list[str]:
+    return [key.this if isinstance(key, exp.Literal) else key.name for key in keys]
+
+
+@macro()
+def parse_steps(evaluator, doc):
+    """stepsJson as a list of steps (typed structs on DuckDB, jsonb on PostgreSQL); NULL unless a JSON array."""
+    if _on_postgres(evaluator):
+        return exp.Dot(
+            this=exp.to_identifier("babylon_rl"),
+            expression=exp.Anonymous(this="json_array", expressions=[doc]),
+        )
+    # TRY: malformed JSON is NULL, not an error; a valid non-array document is NULL already
+    return evaluator.parse_one(f"TRY(json_transform({doc.sql('duckdb')}, '{STEPS_STRUCTURE}'))")
+
+
+@macro()
+def field(evaluator, value, *keys):
+    """value.key1.key2... as text (NULL when missing): a struct field on DuckDB, a jsonb path on PostgreSQL."""
+    names = _key_names(keys)
+    if _on_postgres(evaluator):
+        return exp.Anonymous(this="jsonb_extract_path_text", expressions=[value, *map(exp.Literal.string, names)])
+    result = value
+    for name in names:
+        result = exp.Anonymous(this="struct_extract", expressions=[result, exp.Literal.string(name)])
+    return result
+
+
+@macro()
+def call_list(evaluator, step):
+    """The step's llmCalls as a list of calls; NULL when missing or not an array."""
+    if _on_postgres(evaluator):
+        return exp.Dot(
+            this=exp.to_identifier("babylon_rl"),
+            expression=exp.Anonymous(
+                this="json_array",
+                expressions=[exp.Anonymous(this="jsonb_extract_path", expressions=[step, exp.Literal.string("llmCalls")])],
+            ),
+        )
+    return exp.Anonymous(this="struct_extract", expressions=[step, exp.Literal.string("llmCalls")])
+
+
+@macro()
+def field_present(evaluator, value, *keys):
+    """TRUE when value.key1... exists and is not JSON null (an object field on DuckDB keeps its struct)."""
+    names = _key_names(keys)
+    if _on_postgres(evaluator):
+        path = exp.Anonymous(this="jsonb_extract_path", expressions=[value, *map(exp.Literal.string, names)])
+        kind = exp.Coalesce(this=exp.Anonymous(this="jsonb_typeof", expressions=[path]), expressions=[exp.Literal.string("null")])
+        return exp.NEQ(this=kind, expression=exp.Literal.string("null"))
+    result = value
+    for name in names:
+        result = exp.Anonymous(this="struct_extract", expressions=[result, exp.Literal.string(name)])
+    return exp.Not(this=exp.Is(this=result, expression=exp.Null()))
+
+
+@macro()
+def json_kind_at(evaluator, doc, element, position, key=None):
+    """The JSON type ('object', 'array', 'string', 'number', 'boolean', 'null') of doc[position]
+    (or of its `key`); NULL when missing. Re-reads the document on DuckDB: only for dirty steps."""
+    name = _key_names([key])[0] if key is not None else None
+    if _on_postgres(evaluator):
+        target = element if name is None else exp.Anonymous(
+            this="jsonb_extract_path", expressions=[element, exp.Literal.string(name)]
+        )
+        return exp.Anonymous(this="jsonb_typeof", expressions=[target])
+    path = f"'$[' || CAST({position.sql('duckdb')} AS VARCHAR) || ']" + (f'."{name}"' if name else "") + "'"
+    return evaluator.parse_one(
+        f"""CASE json_type({doc.sql('duckdb')}, {path})
+              WHEN 'OBJECT' THEN 'object' WHEN 'ARRAY' THEN 'array' WHEN 'VARCHAR' THEN 'string'
+              WHEN 'BOOLEAN' THEN 'boolean' WHEN 'NULL' THEN 'null'
+              WHEN 'BIGINT' THEN 'number' WHEN 'UBIGINT' THEN 'number' WHEN 'DOUBLE' THEN 'number'
+            END"""
+    )
+
+
+@macro()
+def calls_missing(evaluator, calls, key):
+    """How many calls of a call list (@call_list) have no `key` (0 for a NULL list)."""
+    name = _key_names([key])[0]
+    c = calls.sql("postgres" if _on_postgres(evaluator) else "duckdb")
+    if _on_postgres(evaluator):
+        return exp.Dot(
+            this=exp.to_identifier("babylon_rl"),
+            expression=exp.Anonymous(this="json_array_missing_key", expressions=[calls, exp.Literal.string(name)]),
+        )
+    return evaluator.parse_one(f"COALESCE(len(list_filter({c}, llm_call -> llm_call.\"{name}\" IS NULL)), 0)")
+
+
+@macro()
+def list_length(evaluator, values):
+    """Number of elements of a list (DuckDB LIST, PostgreSQL array); NULL for NULL."""
+    if _on_postgres(evaluator):
+        return exp.Anonymous(this="cardinality", expressions=[values])
+    return exp.Anonymous(this="len", expressions=[values])

@@ -1,0 +1,53 @@
+"""Window arithmetic shared by the models (portable SQL, transpiled per gateway).
+
+A window is identified by its UTC start rendered as `YYYY-MM-DDTHH:MM`. Trajectories carry
+`windowId`; where it is NULL or not a valid `YYYY-MM-DDTHH:MM` the window is `startTime`
+truncated to `windowHours` (windows are aligned to UTC midnight, so window lengths divide 24).
+"""
+
+from __future__ import annotations
+
+from sqlmesh import macro
+
+_WINDOW_ID = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]$"
+
+
+@macro()
+def window_start_from_id(evaluator, window_id):
+    """The TIMESTAMP a `YYYY-MM-DDTHH:MM` window id names; NULL when it is not a real date and time."""
+    w = window_id.sql("duckdb")
+    named = f"""(CAST(SUBSTRING({w}, 1, 7) || '-01 00:00:00' AS TIMESTAMP)
+                 + INTERVAL 1 DAY * (CAST(SUBSTRING({w}, 9, 2) AS INT) - 1)
+                 + INTERVAL 1 HOUR * CAST(SUBSTRING({w}, 12, 2) AS INT)
+                 + INTERVAL 1 MINUTE * CAST(SUBSTRING({w}, 15, 2) AS INT))"""
+    # Nested CASEs: PostgreSQL evaluates CASE branches in order, but not the operands of AND.
+    # A day past the month's end (2025-02-30) rolls over into the next month: not a real window.
+    return evaluator.parse_one(
+        f"""CASE WHEN REGEXP_MATCHES({w}, '{_WINDOW_ID}') THEN
+               CASE WHEN EXTRACT(DAY FROM {named}) = CAST(SUBSTRING({w}, 9, 2) AS INT) THEN {named} END
+             END"""
+    )
+
+
+@macro()
+def window_hours(evaluator, hours):
+    """The trajectory's window length in hours, or the `window_hours` variable when unusable."""
+    h = hours.sql("duckdb")
+    default = int(evaluator.var("window_hours", 1))
+    return evaluator.parse_one(f"CASE WHEN {h} BETWEEN 1 AND 24 AND 24 % {h} = 0 THEN {h} ELSE {default} END")
+
+
+@macro()
+def window_start_from_time(evaluator, ts, hours):
+    """`ts` truncated to a window of `hours` hours, counted from UTC midnight."""
+    t, h = ts.sql("duckdb"), hours.sql("duckdb")
+    return evaluator.parse_one(
+        f"DATE_TRUNC('hour', {t}) - INTERVAL 1 HOUR * (CAST(EXTRACT(HOUR FROM {t}) AS INT) % {h})"
+    )
+
+
+@macro()
+def window_id(evaluator, window_start):
+    """The window id text `YYYY-MM-DDTHH:MM` of a window start."""
+    s = window_start.sql("duckdb")
+    return evaluator.parse_one(f"STRFTIME({s}, '%Y-%m-%d') || 'T' || STRFTIME({s}, '%H:%M')")

@@ -1,0 +1,250 @@
+/* One row per LLM call of a staged trajectory: the calls of stepsJson and the rows of
+   llm_call_logs, deduplicated by call id (docs/TABLES.md "Call ids": the call's own
+   callId in the plugin shape, else {trajectoryId}:{stepNumber}:{index}). Values from
+   stepsJson win; llm_call_logs fills what a step left out and adds calls the steps lack.
+   The calls come from the typed llm_calls column of staging.step_rows (stepsJson is not
+   parsed again); llm_call_logs is deduplicated on ids and small columns only, and its
+   prompt text is read only for the calls that need it. A plugin-shape call without
+   systemPrompt takes the system turn of its messages. */
+MODEL (
+  name staging.llm_calls,
+  kind INCREMENTAL_BY_TIME_RANGE (
+    time_column window_start
+  ),
+  grain call_id,
+  audits (
+    unique_values(columns := (call_id)),
+    not_null(columns := (call_id, source_id, trajectory_id, window_start, input_turns_json))
+  ),
+  column_descriptions (
+    call_id = 'callId, or {trajectoryId}:{stepNumber}:{index} for legacy-shape calls',
+    source_id = 'trajectories.id of the call''s trajectory',
+    trajectory_id = 'trajectories.trajectoryId',
+    window_start = 'The trajectory''s window start',
+    step_position = 'Position of the step in stepsJson (NULL when the step is unknown)',
+    step_number = 'The step''s stepNumber',
+    call_index = 'Position of the call in the step''s llmCalls (NULL for calls only in llm_call_logs)',
+    call_time = 'The call''s timestamp',
+    model = 'Model name',
+    purpose = 'action / reasoning / evaluation / response / other',
+    action_type = 'The action the call decided, when logged',
+    system_prompt = 'The system prompt (systemPrompt, else the system turn of messages)',
+    user_prompt = 'userPrompt',
+    messages_json = 'The exact chat the model saw (plugin shape / messagesJson), JSON text; NULL when not logged',
+    input_turns_json = 'The call''s input turns without system turns, JSON array text: messages when logged, else one user turn',
+    response = 'The model''s answer',
+    reasoning = 'Reasoning, when logged',
+    temperature = 'Sampling temperature',
+    max_tokens = 'maxTokens',
+    in_steps = 'TRUE when the call is in stepsJson',
+    log_id = 'llm_call_logs.id of the same call, NULL when not logged there'
+  )
+);
+
+WITH staged_trajectories AS (
+  SELECT source_id, trajectory_id, window_start
+  FROM staging.trajectory_checks
+  WHERE window_start BETWEEN @start_ts AND @end_ts
+    AND reject_reason IS NULL
+),
+
+steps_with_calls AS (
+  SELECT s.source_id, s.trajectory_id, s.window_start, s.step_position, s.step_number, s.llm_calls
+  FROM staging.step_rows AS s
+  JOIN staged_trajectories AS t
+    ON t.source_id = s.source_id
+  WHERE s.window_start BETWEEN @start_ts AND @end_ts
+    AND s.llm_call_count > 0
+),
+
+step_calls_unnested AS (
+  SELECT
+    source_id,
+    trajectory_id,
+    window_start,
+    step_position,
+    step_number,
+    UNNEST(llm_calls) AS llm_call,
+    GENERATE_SUBSCRIPTS(llm_calls, 1) - 1 AS call_index
+  FROM steps_with_calls
+),
+
+step_calls AS (
+  SELECT
+    COALESCE(
+      NULLIF(@field(llm_call, 'callId'), ''),
+      trajectory_id || ':' || CAST(step_number AS TEXT) || ':' || CAST(call_index AS TEXT)
+    ) AS call_id,
+    source_id,
+    trajectory_id,
+    window_start,
+    step_position,
+    step_number,
+    call_index,
+    @safe_double(@field(llm_call, 'timestamp')) AS epoch_ms,
+    @field(llm_call, 'model') AS model,
+    @field(llm_call, 'purpose') AS purpose,
+    @field(llm_call, 'actionType') AS action_type,
+    @field(llm_call, 'systemPrompt') AS system_prompt,
+    @field(llm_call, 'userPrompt') AS user_prompt,
+    @field(llm_call, 'messages') AS messages_text,
+    @field(llm_call, 'response') AS response,
+    @field(llm_call, 'reasoning') AS reasoning,
+    @safe_double(@field(llm_call, 'temperature')) AS temperature,
+    @safe_int(@field(llm_call, 'maxTokens')) AS max_tokens
+  FROM step_calls_unnested
+),
+
+logged_call_ids AS (
+  SELECT
+    l."callId" AS call_id,
+    l."id" AS log_id,
+    t.source_id,
+    t.trajectory_id,
+    t.window_start,
+    @safe_int(SUBSTRING(l."stepId", LENGTH(t.trajectory_id) + 2)) AS step_number,
+    l."timestamp" AS call_time,
+    l."model" AS model,
+    l."purpose" AS purpose,
+    l."actionType" AS action_type,
+    l."temperature" AS temperature,
+    l."maxTokens" AS max_tokens,
+    ROW_NUMBER() OVER (PARTITION BY l."callId" ORDER BY l."createdAt" DESC, l."id" DESC) AS newest_first
+  FROM @raw_schema.llm_call_logs AS l
+  JOIN staged_trajectories AS t
+    ON t.trajectory_id = l."trajectoryId"
+  WHERE NULLIF(l."callId", '') IS NOT NULL
+),
+
+logged_calls_newest AS (
+  SELECT *
+  FROM logged_call_ids
+  WHERE newest_first = 1
+),
+
+step_calls_logged AS (
+  SELECT s.*, l.log_id, l.call_time AS logged_call_time, l.model AS logged_model, l.purpose AS logged_purpose,
+    l.action_type AS logged_action_type, l.temperature AS logged_temperature, l.max_tokens AS logged_max_tokens
+  FROM step_calls AS s
+  LEFT JOIN logged_calls_newest AS l
+    ON l.call_id = s.call_id AND l.source_id = s.source_id
+),
+
+calls_only_logged AS (
+  SELECT l.*
+  FROM logged_calls_newest AS l
+  LEFT JOIN step_calls AS s
+    ON s.call_id = l.call_id AND s.source_id = l.source_id
+  WHERE s.call_id IS NULL
+),
+
+logged_text AS (
+  SELECT
+    l."id" AS log_id,
+    l."systemPrompt" AS system_prompt,
+    l."userPrompt" AS user_prompt,
+    l."messagesJson" AS messages_text,
+    l."response" AS response,
+    l."reasoning" AS reasoning
+  FROM @raw_schema.llm_call_logs AS l
+  WHERE l."id" IN (
+    SELECT log_id FROM step_calls_logged WHERE log_id IS NOT NULL AND user_prompt IS NULL AND messages_text IS NULL
+    UNION ALL
+    SELECT log_id FROM calls_only_logged
+  )
+),
+
+calls_merged AS (
+  SELECT
+    s.call_id,
+    s.source_id,
+    s.trajectory_id,
+    s.window_start,
+    s.step_position,
+    s.step_number,
+    s.call_index,
+    COALESCE(
+      CASE
+        WHEN s.epoch_ms BETWEEN 0 AND 253402300799999
+        THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * s.epoch_ms
+      END,
+      s.logged_call_time
+    ) AS call_time,
+    COALESCE(s.model, s.logged_model) AS model,
+    COALESCE(s.purpose, s.logged_purpose) AS purpose,
+    COALESCE(s.action_type, s.logged_action_type) AS action_type,
+    COALESCE(s.system_prompt, t.system_prompt) AS system_prompt,
+    COALESCE(s.user_prompt, t.user_prompt) AS user_prompt,
+    COALESCE(s.messages_text, t.messages_text) AS messages_text,
+    COALESCE(s.response, t.response) AS response,
+    COALESCE(s.reasoning, t.reasoning) AS reasoning,
+    COALESCE(s.temperature, s.logged_temperature) AS temperature,
+    COALESCE(s.max_tokens, s.logged_max_tokens) AS max_tokens,
+    TRUE AS in_steps,
+    s.log_id
+  FROM step_calls_logged AS s
+  LEFT JOIN logged_text AS t
+    ON t.log_id = s.log_id
+  UNION ALL
+  SELECT
+    l.call_id,
+    l.source_id,
+    l.trajectory_id,
+    l.window_start,
+    NULL AS step_position,
+    l.step_number,
+    NULL AS call_index,
+    l.call_time,
+    l.model,
+    l.purpose,
+    l.action_type,
+    t.system_prompt,
+    t.user_prompt,
+    t.messages_text,
+    t.response,
+    t.reasoning,
+    l.temperature,
+    l.max_tokens,
+    FALSE AS in_steps,
+    l.log_id
+  FROM calls_only_logged AS l
+  LEFT JOIN logged_text AS t
+    ON t.log_id = l.log_id
+),
+
+calls_with_messages AS (
+  SELECT
+    *,
+    CASE WHEN @json_kind(@json_parse(messages_text)) = 'array' THEN CAST(messages_text AS TEXT) END AS messages_json
+  FROM calls_merged
+)
+
+SELECT
+  call_id,
+  source_id,
+  trajectory_id,
+  window_start,
+  step_position::INT AS step_position,
+  step_number::BIGINT AS step_number,
+  call_index::INT AS call_index,
+  call_time,
+  model,
+  purpose,
+  action_type,
+  COALESCE(system_prompt, @json_system_turn(messages_json)) AS system_prompt,
+  user_prompt,
+  messages_json,
+  COALESCE(
+    @json_drop_system_turns(@json_parse(messages_json)),
+    CASE
+      WHEN user_prompt IS NULL THEN '[]'
+      ELSE '[{"role": "user", "content": ' || @json_quote(user_prompt) || '}]'
+    END
+  ) AS input_turns_json,
+  response,
+  reasoning,
+  temperature,
+  max_tokens::INT AS max_tokens,
+  in_steps,
+  log_id
+FROM calls_with_messages

@@ -1,0 +1,32 @@
+/* One row per step of a staged trajectory (see staging.step_rows for the parse). */
+MODEL (
+  name staging.steps,
+  kind VIEW,
+  grain (source_id, step_position)
+);
+
+SELECT
+  s.source_id, /* trajectories.id */
+  s.trajectory_id, /* trajectories.trajectoryId */
+  t.agent_id, /* trajectories.agentId */
+  t.window_id, /* window id */
+  s.window_start, /* window start */
+  s.step_position, /* position in stepsJson, from 0 */
+  s.step_number, /* stepNumber */
+  s.step_id, /* {trajectoryId}:{stepNumber} */
+  s.step_shape, /* legacy or plugin */
+  s.step_time, /* step timestamp */
+  s.agent_balance, /* agentBalance before acting */
+  s.agent_pnl, /* agentPnL before acting */
+  s.action_type, /* actionType / actionName */
+  s.action_success, /* action.success */
+  s.action_error, /* action.error */
+  s.action_pnl, /* action.result.pnl */
+  s.is_action, /* has an action */
+  s.is_trade, /* successful non-HOLD action */
+  s.is_win, /* trade with pnl > 0 */
+  s.is_error, /* failed action */
+  s.llm_call_count /* LLM calls of the step */
+FROM staging.step_rows AS s
+JOIN staging.trajectories AS t
+  ON t.source_id = s.source_id

@@ -1,0 +1,228 @@
+/* Every raw trajectory of the interval, typed, with its window, its step figures and the
+   verdict of the staging checks. `reject_reason` is NULL for rows that are staged
+   (staging.trajectories) and names the first failed check otherwise (babylon.rejected_rows):
+     no_trajectory_id, no_agent, duplicate_trajectory_id (an older row of the same
+     trajectoryId), steps_not_json, steps_not_array, no_steps, a step problem of
+     staging.step_rows (step_not_object, unknown_step_shape, llm_calls_not_array,
+     llm_call_without_response), no_pnl (finalPnL NULL/NaN and no step with agentPnL).
+   P&L is finalPnL, else the agentPnL of the last step that has one. */
+MODEL (
+  name staging.trajectory_checks,
+  kind INCREMENTAL_BY_TIME_RANGE (
+    time_column window_start
+  ),
+  grain source_id,
+  audits (
+    unique_values(columns := (source_id)),
+    not_null(columns := (source_id, window_start, window_id)),
+    not_null_when_staged
+  ),
+  column_descriptions (
+    source_id = 'trajectories.id',
+    trajectory_id = 'trajectories.trajectoryId',
+    agent_id = 'trajectories.agentId',
+    window_id = 'Window id YYYY-MM-DDTHH:MM (UTC start)',
+    window_start = 'Window start: windowId when it is a valid YYYY-MM-DDTHH:MM, else startTime truncated to windowHours',
+    window_end = 'Window end (exclusive): window_start + window_hours',
+    window_hours = 'windowHours when it divides 24, else the window_hours variable',
+    window_id_derived = 'TRUE when windowId was NULL or unparsable and the window comes from startTime',
+    start_time = 'startTime (UTC)',
+    end_time = 'endTime (UTC)',
+    steps = 'Steps in stepsJson',
+    llm_calls = 'LLM calls over all steps of stepsJson',
+    actions = 'Steps with an action (HOLD included)',
+    trades = 'Successful actions other than HOLD',
+    wins = 'Trades with result.pnl > 0',
+    errors = 'Steps whose action failed or has an error',
+    final_pnl = 'finalPnL, NULL when NULL or not finite',
+    last_step_pnl = 'agentPnL of the last step that has one',
+    pnl = 'The trajectory''s P&L: final_pnl, else last_step_pnl',
+    pnl_source = 'finalPnL or last_step_agentPnL',
+    total_reward = 'totalReward as logged',
+    final_status = 'finalStatus',
+    is_training_data = 'isTrainingData',
+    is_evaluation = 'isEvaluation',
+    used_in_training = 'usedInTraining',
+    trained_in_batch = 'trainedInBatch',
+    updated_at = 'updatedAt',
+    reject_reason = 'NULL when staged, else the code of the first failed check',
+    reject_detail = 'Human-readable explanation of reject_reason'
+  )
+);
+
+WITH trajectories_in_range AS (
+  SELECT
+    "id" AS source_id,
+    NULLIF("trajectoryId", '') AS trajectory_id,
+    NULLIF("agentId", '') AS agent_id,
+    "windowId" AS raw_window_id,
+    @window_start_from_id("windowId") AS window_start_named,
+    @window_hours("windowHours") AS window_hours,
+    COALESCE(
+      @window_start_from_id("windowId"),
+      @window_start_from_time("startTime", @window_hours("windowHours"))
+    ) AS window_start,
+    "startTime" AS start_time,
+    "endTime" AS end_time,
+    @finite("finalPnL") AS final_pnl,
+    "totalReward" AS total_reward,
+    "finalStatus" AS final_status,
+    COALESCE("isTrainingData", TRUE) AS is_training_data,
+    COALESCE("isEvaluation", FALSE) AS is_evaluation,
+    COALESCE("usedInTraining", FALSE) AS used_in_training,
+    "trainedInBatch" AS trained_in_batch,
+    "updatedAt" AS updated_at
+  FROM @raw_schema.trajectories
+),
+
+trajectories_windowed AS (
+  SELECT
+    *,
+    ROW_NUMBER() OVER (
+      PARTITION BY trajectory_id ORDER BY updated_at DESC NULLS LAST, source_id DESC
+    ) AS newest_first
+  FROM trajectories_in_range
+  WHERE window_start BETWEEN @start_ts AND @end_ts
+),
+
+steps_in_range AS (
+  SELECT source_id, step_position, llm_call_count, is_action, is_trade, is_win, is_error, agent_pnl, problem
+  FROM staging.step_rows
+  WHERE window_start BETWEEN @start_ts AND @end_ts
+),
+
+step_figures AS (
+  SELECT
+    source_id,
+    COUNT(*) AS steps,
+    SUM(llm_call_count) AS llm_calls,
+    SUM(CASE WHEN is_action THEN 1 ELSE 0 END) AS actions,
+    SUM(CASE WHEN is_trade THEN 1 ELSE 0 END) AS trades,
+    SUM(CASE WHEN is_win THEN 1 ELSE 0 END) AS wins,
+    SUM(CASE WHEN is_error THEN 1 ELSE 0 END) AS errors
+  FROM steps_in_range
+  GROUP BY source_id
+),
+
+first_step_problem AS (
+  SELECT source_id, step_position, problem
+  FROM (
+    SELECT
+      source_id,
+      step_position,
+      problem,
+      ROW_NUMBER() OVER (PARTITION BY source_id ORDER BY step_position) AS position_rank
+    FROM steps_in_range
+    WHERE problem IS NOT NULL
+  ) AS problems
+  WHERE position_rank = 1
+),
+
+last_step_pnl AS (
+  SELECT source_id, agent_pnl
+  FROM (
+    SELECT
+      source_id,
+      @finite(agent_pnl) AS agent_pnl,
+      ROW_NUMBER() OVER (PARTITION BY source_id ORDER BY step_position DESC) AS position_rank
+    FROM steps_in_range
+    WHERE @finite(agent_pnl) IS NOT NULL
+  ) AS pnl_steps
+  WHERE position_rank = 1
+),
+
+trajectories_without_steps AS (
+  SELECT t.source_id
+  FROM trajectories_windowed AS t
+  LEFT JOIN step_figures AS f
+    ON f.source_id = t.source_id
+  WHERE f.source_id IS NULL
+),
+
+/* stepsJson is read again only for the few trajectories without any step row */
+unparsed_steps AS (
+  SELECT "id" AS source_id, @json_kind(@json_parse("stepsJson")) AS steps_kind
+  FROM @raw_schema.trajectories
+  WHERE "id" IN (SELECT source_id FROM trajectories_without_steps)
+),
+
+trajectories_checked AS (
+  SELECT
+    t.*,
+    COALESCE(f.steps, 0) AS steps,
+    COALESCE(f.llm_calls, 0) AS llm_calls,
+    COALESCE(f.actions, 0) AS actions,
+    COALESCE(f.trades, 0) AS trades,
+    COALESCE(f.wins, 0) AS wins,
+    COALESCE(f.errors, 0) AS errors,
+    l.agent_pnl AS last_step_pnl,
+    CASE
+      WHEN t.trajectory_id IS NULL THEN 'no_trajectory_id'
+      WHEN t.agent_id IS NULL THEN 'no_agent'
+      WHEN t.newest_first > 1 THEN 'duplicate_trajectory_id'
+      WHEN f.source_id IS NULL AND u.steps_kind IS NULL THEN 'steps_not_json'
+      WHEN f.source_id IS NULL AND u.steps_kind <> 'array' THEN 'steps_not_array'
+      WHEN f.source_id IS NULL THEN 'no_steps'
+      WHEN p.problem IS NOT NULL THEN p.problem
+      WHEN t.final_pnl IS NULL AND l.agent_pnl IS NULL THEN 'no_pnl'
+    END AS reject_reason,
+    p.step_position AS problem_step
+  FROM trajectories_windowed AS t
+  LEFT JOIN step_figures AS f
+    ON f.source_id = t.source_id
+  LEFT JOIN first_step_problem AS p
+    ON p.source_id = t.source_id
+  LEFT JOIN last_step_pnl AS l
+    ON l.source_id = t.source_id
+  LEFT JOIN unparsed_steps AS u
+    ON u.source_id = t.source_id
+)
+
+SELECT
+  source_id,
+  trajectory_id,
+  agent_id,
+  @window_id(window_start) AS window_id,
+  window_start,
+  window_start + INTERVAL 1 HOUR * window_hours AS window_end,
+  window_hours::INT AS window_hours,
+  window_start_named IS NULL AS window_id_derived,
+  start_time,
+  end_time,
+  steps::INT AS steps,
+  llm_calls::INT AS llm_calls,
+  actions::INT AS actions,
+  trades::INT AS trades,
+  wins::INT AS wins,
+  errors::INT AS errors,
+  final_pnl,
+  last_step_pnl,
+  COALESCE(final_pnl, last_step_pnl) AS pnl,
+  CASE
+    WHEN final_pnl IS NOT NULL THEN 'finalPnL'
+    WHEN last_step_pnl IS NOT NULL THEN 'last_step_agentPnL'
+  END AS pnl_source,
+  total_reward,
+  final_status,
+  is_training_data,
+  is_evaluation,
+  used_in_training,
+  trained_in_batch,
+  updated_at,
+  reject_reason,
+  CASE reject_reason
+    WHEN 'no_trajectory_id' THEN 'trajectoryId is NULL or empty'
+    WHEN 'no_agent' THEN 'agentId is NULL or empty'
+    WHEN 'duplicate_trajectory_id' THEN 'a newer row has the same trajectoryId ' || trajectory_id
+    WHEN 'steps_not_json' THEN 'stepsJson is not valid JSON'
+    WHEN 'steps_not_array' THEN 'stepsJson is valid JSON but not an array of steps'
+    WHEN 'no_steps' THEN 'stepsJson is an empty array'
+    WHEN 'no_pnl' THEN 'finalPnL is NULL or not finite and no step has environmentState.agentPnL'
+    ELSE 'step ' || CAST(problem_step AS TEXT) || ' of stepsJson: ' || CASE reject_reason
+      WHEN 'step_not_object' THEN 'the step is not a JSON object'
+      WHEN 'unknown_step_shape' THEN 'the step has neither the legacy (action.actionType, environmentState) nor the plugin (stepId, action.actionName, observation) fields'
+      WHEN 'llm_calls_not_array' THEN 'llmCalls is not an array'
+      WHEN 'llm_call_without_response' THEN 'an LLM call is not an object with a response'
+    END
+  END AS reject_detail
+FROM trajectories_checked
