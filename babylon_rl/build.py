@@ -93,26 +93,37 @@ def _restate_range(dirty: list[datetime], window_hours: int) -> tuple[datetime, 
 
 def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tuple[tuple[datetime, datetime] | None, dict]:
     """Plan/apply prod, then restate the dirty window range of every incremental model."""
+    from sqlmesh.utils.errors import SQLMeshError
+
     context = sqlmesh_context(home)
     try:
-        first_build = context.state_reader.get_environment("prod") is None
-        context.plan("prod", auto_apply=True, no_prompts=True)
-        restate = None if first_build else _restate_range(dirty, window_hours)
-        if restate is not None:
-            start, end = restate
-            if start == EPOCH:
-                start = None  # a full copy: every window from each model's own start
-            context.plan(
-                "prod",
-                restate_models=_incremental_models(context),
-                start=start,
-                end=min(end, _utcnow()),
-                auto_apply=True,
-                no_prompts=True,
-            )
-        return restate, _model_versions(context)
+        return _plan(context, dirty, window_hours)
+    except SQLMeshError as exc:
+        raise WarehouseError(
+            f"the SQLMesh build failed ({exc}); the marts keep their previous version; "
+            "`sqlmesh plan` from the repository root shows the failing model and its error"
+        ) from None
     finally:
         context.close()
+
+
+def _plan(context, dirty: list[datetime], window_hours: int) -> tuple[tuple[datetime, datetime] | None, dict]:
+    first_build = context.state_reader.get_environment("prod") is None
+    context.plan("prod", auto_apply=True, no_prompts=True)
+    restate = None if first_build else _restate_range(dirty, window_hours)
+    if restate is not None:
+        start, end = restate
+        if start == EPOCH:
+            start = None  # a full copy: every window from each model's own start
+        context.plan(
+            "prod",
+            restate_models=_incremental_models(context),
+            start=start,
+            end=min(end, _utcnow()),
+            auto_apply=True,
+            no_prompts=True,
+        )
+    return restate, _model_versions(context)
 
 
 def publish_marts(home: Home) -> list[str]:

@@ -20,7 +20,7 @@ def simulate_game(url: str, home: Path, windows: int = 3, agents: int = 6, start
     """Simulated game rows written into PostgreSQL (in-process, quiet)."""
     ctx = BabylonContext.create(home=str(home), database_url=url)
     ctx.console.quiet = True
-    ctx.simulate(agents=agents, windows=windows, seed=seed, start=start, target="postgres")
+    ctx.simulate(agents=agents, windows=windows, seed=seed, start=start, dirt_rate=0.0, target="postgres")
 
 
 def factory_marts(home: Path, windows: int = 12, agents: int = 6, filler: int = 0) -> None:
