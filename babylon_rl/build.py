@@ -123,6 +123,8 @@ def _plan(context, dirty: list[datetime], window_hours: int) -> tuple[tuple[date
             auto_apply=True,
             no_prompts=True,
         )
+    # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
+    context.run_janitor(ignore_ttl=True)
     return restate, _model_versions(context)
 
 
