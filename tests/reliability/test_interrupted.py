@@ -18,7 +18,7 @@ from tests.dataset_factory import make_dataset
 from tests.judge_server import JudgeServer, expected_score
 from tests.reliability.conftest import factory_marts, simulate_game
 from tests.reliability.support import (cli_env, kill_after, kill_when, ok, pg_rows, raw_counts, run, source_counts,
-                                       start, warehouse_rows)
+                                       start, wait_for, warehouse_rows)
 from tests.train_support import install
 
 
@@ -187,3 +187,31 @@ def test_train_killed_mid_run_then_resumed(train_template: Path, tmp_path: Path,
     assert_write_back_consistent(migrated_pg_url, expected_batches(home, "k", 5))
     metrics = pl.read_csv(home.runs / "k" / "metrics.csv")
     assert metrics["step"].to_list() == [1, 2, 3, 4, 5]
+
+
+# -- build ----------------------------------------------------------------------------------
+
+
+def mart_digest(home: Path) -> list[tuple]:
+    return [warehouse_rows(home, f"SELECT count(*), md5(string_agg(CAST(t AS VARCHAR), '|' ORDER BY CAST(t AS VARCHAR))) FROM babylon.{m} t")[0]
+            for m in ("windows", "agent_window_pnl", "training_samples", "rejected_rows")]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+def test_build_killed_mid_plan_then_rerun(migrated_pg_url: str, tmp_path: Path, seed: int) -> None:
+    home, reference = tmp_path / "home", tmp_path / "reference"
+    url = ("--database-url", migrated_pg_url)
+    simulate_game(migrated_pg_url, home, windows=2, agents=5)
+    ok(run(home, *url, "build"))
+    simulate_game(migrated_pg_url, home, windows=1, agents=5, start=None)
+    proc = start(home, *url, "build")
+    # once it holds the build lock, kill it a few seconds in: snapshot done, SQLMesh applying the models
+    # (polling the warehouse itself would take DuckDB's file lock and block the build)
+    assert wait_for(lambda: (home / "build.lock").read_text().strip() == str(proc.pid), timeout=60)
+    assert kill_after(proc, 3.0, 6.0, seed)
+    ok(run(home, *url, "build"))
+    ok(run(reference, *url, "build"))
+    assert mart_digest(home) == mart_digest(reference)
+    assert raw_counts(home) == source_counts(migrated_pg_url)
+
