@@ -66,6 +66,7 @@ def test_analyst_reader_blocks_a_build_which_names_it_while_exports_stay_readabl
         assert building.wait(timeout=300) == 0
 
 
+@pytest.mark.slow
 def test_two_trainings_on_one_dataset(train_template: Path, tmp_path: Path, migrated_pg_url: str) -> None:
     home = install(train_template, tmp_path / "home")
     insert_dataset_trajectories(migrated_pg_url, home)

@@ -169,7 +169,7 @@ def check_dirty(home: Path, rows: dict[str, list[dict]], baseline) -> None:
         drop(url)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate], derandomize=True)
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate], derandomize=True)
 @given(rows=damage())
 def test_damaged_rows_are_staged_or_rejected_and_clean_windows_do_not_move(rows, clean_baseline, tmp_path_factory) -> None:
     check_dirty(tmp_path_factory.mktemp("dirty") / "home", rows, clean_baseline)
