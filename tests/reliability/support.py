@@ -27,8 +27,16 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def start(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The CLI in its own process group, so a kill reaches the workers it forks too (SQLMesh loads models in a pool)."""
     return subprocess.Popen([sys.executable, CLI, *args], env=env or cli_env(home), cwd=str(home.parent),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _kill9(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def run(home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -66,7 +74,7 @@ def kill_when(proc: subprocess.Popen, sign: Callable[[], bool], timeout: float =
     seen = wait_for(lambda: sign() or proc.poll() is not None, timeout)
     killed = seen and proc.poll() is None
     if killed:
-        os.kill(proc.pid, signal.SIGKILL)
+        _kill9(proc)
     proc.communicate(timeout=30)
     return killed
 
@@ -77,7 +85,7 @@ def kill_after(proc: subprocess.Popen, low: float, high: float, seed: int | None
     try:
         proc.wait(timeout=delay)
     except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
+        _kill9(proc)
         proc.communicate(timeout=30)
         return True
     proc.communicate(timeout=30)

@@ -170,6 +170,7 @@ def assert_write_back_consistent(url: str, expected: dict[str, list[str]]) -> No
     assert all(trained[t] == batch for t, batch in marked)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_train_killed_mid_run_then_resumed(train_template: Path, tmp_path: Path, migrated_pg_url: str) -> None:
     home = install(train_template, tmp_path / "home")

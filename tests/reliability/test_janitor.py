@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
 from sqlmesh import Context
 from sqlmesh.core.config import Config
 from sqlmesh.core.config.loader import load_config_from_paths
@@ -28,6 +29,7 @@ def plan_with_variable(home: Path, **variables) -> None:
         context.close()
 
 
+@pytest.mark.slow
 def test_build_drops_table_versions_no_environment_uses(tmp_path: Path) -> None:
     home = tmp_path / "home"
     ok(run(home, "simulate", "--agents", "5", "--windows", "2", "--target", "duckdb", "--start", "2025-01-15T00:00"))
