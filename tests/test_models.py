@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import statistics
-from datetime import datetime
 from pathlib import Path
 
 import psycopg

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from tests.reliability.conftest import simulate_game
-from tests.reliability.support import ROOT, cli_env, ok, one_line_error, pg_rows, run, start, wait_for
+from tests.reliability.support import ok, one_line_error, pg_rows, run, start, wait_for
 from tests.reliability.test_interrupted import expected_batches, insert_dataset_trajectories
 from tests.train_support import install
 

@@ -16,7 +16,7 @@ import pytest
 from tests.dataset_factory import make_dataset
 from tests.judge_server import JudgeServer
 from tests.reliability.conftest import factory_marts, simulate_game
-from tests.reliability.support import (CLI, ROOT, cli_env, kill_when, ok, one_line_error, pg_rows, run, start, tree,
+from tests.reliability.support import (CLI, ROOT, cli_env, ok, one_line_error, pg_rows, run, start, tree,
                                        warehouse_rows, wait_for)
 from tests.reliability.test_interrupted import blocked_reader, raw_digest, table_locked
 
