@@ -132,33 +132,47 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tu
     holds data: every day with data when a model version is new (the
     first build, or a changed model), otherwise the windows whose raw rows changed.
     """
+    from sqlmesh.utils.errors import SQLMeshError
+
     data_days = _days_with_data(home)
     context = sqlmesh_context(home)
     try:
-        before = _model_versions(context)
-        context.plan("prod", auto_apply=True, no_prompts=True, empty_backfill=True)
-        after = _model_versions(context)
-        if data_days is None:
-            return None, after
+        return _plan(context, dirty, window_hours, data_days)
+    except SQLMeshError as exc:
+        raise WarehouseError(
+            f"the SQLMesh build failed ({exc}); the marts keep their previous version; "
+            "`sqlmesh plan` from the repository root shows the failing model and its error"
+        ) from None
+    finally:
+        context.close()
+
+
+def _plan(context, dirty: list[datetime], window_hours: int,
+          data_days: tuple[datetime, datetime] | None) -> tuple[tuple[datetime, datetime] | None, dict]:
+    before = _model_versions(context)
+    context.plan("prod", auto_apply=True, no_prompts=True, empty_backfill=True)
+    after = _model_versions(context)
+    restate = None
+    if data_days is not None:
         if {name: v for name, (_, v) in before.items()} != {name: v for name, (_, v) in after.items()}:
             restate = data_days
         else:
             restate = _restate_range(dirty, window_hours)
             if restate is not None and restate[0] == EPOCH:
                 restate = data_days
-        if restate is not None:
-            start, end = restate
-            context.plan(
-                "prod",
-                restate_models=_incremental_models(context),
-                start=start,
-                end=min(end, _plan_horizon()),
-                auto_apply=True,
-                no_prompts=True,
-            )
-        return restate, after
-    finally:
-        context.close()
+    if restate is not None:
+        start, end = restate
+        context.plan(
+            "prod",
+            restate_models=_incremental_models(context),
+            start=start,
+            end=min(end, _plan_horizon()),
+            auto_apply=True,
+            no_prompts=True,
+        )
+    # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
+    context.run_janitor(ignore_ttl=True)
+    return restate, after
 
 
 def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:

@@ -71,6 +71,22 @@ def _clean(exc: Exception, url: str) -> str:
     return scrub(first_line, url_password(url), url)
 
 
+def _abandon(conn: duckdb.DuckDBPyConnection) -> None:
+    """Roll back explicitly: when the source connection died, DuckDB's implicit rollback at close
+    fails inside a destructor and aborts the process; here it is a caught error."""
+    try:
+        conn.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def _detach(conn: duckdb.DuckDBPyConnection) -> None:
+    try:
+        conn.execute(f"DETACH DATABASE IF EXISTS {SOURCE_ALIAS}")
+    except duckdb.Error:
+        pass
+
+
 def _select_source(table: RawTable) -> str:
     casts = ", ".join(f'CAST("{name}" AS {type_}) AS "{name}"' for name, type_ in table.columns)
     return f"SELECT {casts} FROM {SOURCE_ALIAS}.public.{table.name}"
@@ -150,8 +166,10 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
         )
         conn.execute("COMMIT")
     except duckdb.Error as exc:
+        _abandon(conn)
         raise DatabaseError(f"snapshot from {mask_url(url)} failed: {_clean(exc, url)}; the warehouse is unchanged, run it again") from None
     finally:
+        _detach(conn)
         conn.close()
     result.seconds = time.monotonic() - started
     return result

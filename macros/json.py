@@ -239,14 +239,18 @@ def json_parse(evaluator, text):
     """Text parsed as JSON; NULL when it is not valid JSON."""
     if _postgres(evaluator):
         return _helper("try_jsonb", exp.cast(text, "TEXT"))
-    return evaluator.parse_one(f"CASE WHEN json_valid({text.sql('duckdb')}) THEN CAST({text.sql('duckdb')} AS JSON) END")
+    # TRY_CAST as well as the guard: the optimizer may evaluate the cast before the CASE filters
+    # (a malformed messagesJson such as "[" failed the whole llm_calls model).
+    return evaluator.parse_one(f"CASE WHEN json_valid({text.sql('duckdb')}) THEN TRY_CAST({text.sql('duckdb')} AS JSON) END")
 
 
 @macro()
 def finite(evaluator, value):
-    """A DOUBLE, with NaN and +-Infinity as NULL."""
+    """A DOUBLE, with NaN, +-Infinity and magnitudes above 1e15 as NULL (no real P&L is that large,
+    and sums or variances of such values overflow: STDDEV_SAMP of 1e308 fails the whole build)."""
     v = value.sql("duckdb")
     return evaluator.parse_one(
         f"""CASE WHEN {v} IN (CAST('NaN' AS DOUBLE), CAST('Infinity' AS DOUBLE), CAST('-Infinity' AS DOUBLE))
+                  OR ABS({v}) > 1e15
              THEN NULL ELSE {v} END"""
     )

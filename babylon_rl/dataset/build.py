@@ -43,7 +43,7 @@ def build(home: Home, params: BuildParams, force: bool = False) -> BuildResult:
         conn.close()
     anchor = _timestamp(candidates.anchor)
     frames = _split_frames(kept.select(OUTPUT_COLUMNS), chosen)
-    staged = store.stage(home, frames, contexts)
+    staged = store.stage(home, frames, contexts, params.name)
     try:
         manifest = _manifest(params, chosen, frames, staged.content_hash, snapshot_id, models, anchor)
     except Exception:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -50,6 +52,37 @@ def ensure_absent(home: Home, name: str, force: bool) -> None:
         raise DatasetError(f"dataset {name!r} already exists at {dataset_dir(home, name)}; pass --force to replace it or choose another --name")
 
 
+# Work directories inside datasets/: `.tmp-PID-HEX` (being written), `.old-PID-HEX` (being replaced).
+_WORK_DIR = re.compile(r"\.(?:tmp|old)-(\d+)-[0-9a-f]{32}")
+
+
+def _work_dir(home: Home, kind: str) -> Path:
+    return home.datasets / f".{kind}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(home: Home) -> list[Path]:
+    """Remove work directories left by builds that were killed (their process is gone)."""
+    removed = []
+    if not home.datasets.is_dir():
+        return removed
+    for path in home.datasets.iterdir():
+        match = _WORK_DIR.fullmatch(path.name)
+        if match and path.is_dir() and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 @dataclass(frozen=True)
 class Staged:
     directory: Path
@@ -57,24 +90,41 @@ class Staged:
     content_hash: str
 
 
-def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame) -> Staged:
+def _write_error(name: str, where: Path, exc: BaseException) -> DatasetError:
+    """One line for a failed write (disk full, file too large, read-only): the OS reason, not a traceback."""
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    reason = getattr(exc, "strerror", None) or re.sub(r"^.*underlying IO error: ", "", text)
+    return DatasetError(f"cannot write dataset {name!r} under {where}: {reason}; nothing was published, "
+                        "free some space (or choose another --home) and run it again")
+
+
+def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame, name: str = "") -> Staged:
     """Write the split files and the window contexts into a fresh hidden directory inside datasets/."""
     home.datasets.mkdir(parents=True, exist_ok=True)
-    directory = home.datasets / f".tmp-{uuid.uuid4().hex}"
-    directory.mkdir()
-    files = []
-    for split in SPLITS:
-        path = directory / f"{split}.parquet"
-        frames[split].write_parquet(path, **PARQUET_OPTIONS)
-        files.append(path)
-    contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
-    files.append(directory / CONTEXTS)
+    sweep_stale(home)
+    directory = _work_dir(home, "tmp")
+    try:
+        directory.mkdir()
+        files = []
+        for split in SPLITS:
+            path = directory / f"{split}.parquet"
+            frames[split].write_parquet(path, **PARQUET_OPTIONS)
+            files.append(path)
+        contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
+        files.append(directory / CONTEXTS)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise _write_error(name, home.datasets, exc) from None
     return Staged(directory=directory, files=files, content_hash=hash_files(files))
 
 
 def publish(home: Home, staged: Staged, name: str, manifest: dict, force: bool) -> Path:
     """Add the manifest and move the staged directory to datasets/<name> (swap when --force)."""
-    (staged.directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    try:
+        (staged.directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        discard(staged)
+        raise _write_error(name, home.datasets, exc) from None
     target = dataset_dir(home, name)
     if not target.exists():
         try:
@@ -86,7 +136,7 @@ def publish(home: Home, staged: Staged, name: str, manifest: dict, force: bool) 
     if not force:
         discard(staged)
         ensure_absent(home, name, force)
-    old = home.datasets / f".old-{uuid.uuid4().hex}"
+    old = _work_dir(home, "old")
     target.rename(old)
     staged.directory.rename(target)
     shutil.rmtree(old, ignore_errors=True)

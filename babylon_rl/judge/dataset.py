@@ -54,7 +54,9 @@ class Group:
 
 
 def dataset_dir(home: Home, name: str) -> Path:
-    path = home.datasets / name
+    from babylon_rl.dataset.params import validate_name
+
+    path = home.datasets / validate_name(name)  # never a path outside datasets/ (../x, a/b, /abs)
     if not all((path / f).is_file() for f in SPLIT_FILES):
         existing = sorted(p.name for p in home.datasets.glob("*") if (p / "manifest.json").is_file()) if home.datasets.is_dir() else []
         known = ", ".join(existing) if existing else "none; build one with `cli.py dataset build`"

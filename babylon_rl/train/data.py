@@ -64,7 +64,9 @@ class ScoredDataset:
 
 
 def dataset_dir(home: Home, name: str) -> Path:
-    path = home.datasets / name
+    from babylon_rl.dataset.params import validate_name
+
+    path = home.datasets / validate_name(name)  # never a path outside datasets/ (../x, a/b, /abs)
     if not (path / "train.parquet").exists():
         raise ConfigError(f"dataset {name!r} not found at {path}: build it with python cli.py dataset build --name {name}")
     return path

@@ -88,7 +88,7 @@ step_calls AS (
     @field(llm_call, 'actionType') AS action_type,
     @field(llm_call, 'systemPrompt') AS system_prompt,
     @field(llm_call, 'userPrompt') AS user_prompt,
-    @field(llm_call, 'messages') AS messages_text,
+    CAST(@field(llm_call, 'messages') AS TEXT) AS messages_text,  -- text like messagesJson: a malformed log row must not fail the UNION's cast to JSON
     @field(llm_call, 'response') AS response,
     @field(llm_call, 'reasoning') AS reasoning,
     @safe_double(@field(llm_call, 'temperature')) AS temperature,
