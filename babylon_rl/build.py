@@ -137,7 +137,7 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tu
     data_days = _days_with_data(home)
     context = sqlmesh_context(home)
     try:
-        return _plan(context, dirty, window_hours, data_days)
+        return plan_prod(context, dirty, window_hours, data_days)
     except SQLMeshError as exc:
         raise WarehouseError(
             f"the SQLMesh build failed ({exc}); the marts keep their previous version; "
@@ -147,10 +147,11 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tu
         context.close()
 
 
-def _plan(context, dirty: list[datetime], window_hours: int,
-          data_days: tuple[datetime, datetime] | None) -> tuple[tuple[datetime, datetime] | None, dict]:
+def plan_prod(context, dirty: list[datetime], window_hours: int,
+              data_days: tuple[datetime, datetime] | None, **plan_options) -> tuple[tuple[datetime, datetime] | None, dict]:
+    """Apply prod on any gateway: missing intervals recorded empty, then the days with data (or the dirty windows) restated."""
     before = _model_versions(context)
-    context.plan("prod", auto_apply=True, no_prompts=True, empty_backfill=True)
+    context.plan("prod", auto_apply=True, no_prompts=True, empty_backfill=True, **plan_options)
     after = _model_versions(context)
     restate = None
     if data_days is not None:
@@ -169,6 +170,7 @@ def _plan(context, dirty: list[datetime], window_hours: int,
             end=min(end, _plan_horizon()),
             auto_apply=True,
             no_prompts=True,
+            **plan_options,
         )
     # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
     context.run_janitor(ignore_ttl=True)

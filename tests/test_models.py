@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -12,6 +13,7 @@ import pytest
 from sqlmesh import Context
 
 from babylon_rl import db
+from babylon_rl.build import plan_prod
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.warehouse import connect, create_raw_schema
 
@@ -101,6 +103,10 @@ def insert(conn, table: str, rows: list[dict], placeholder: str = "?") -> None:
         conn.execute(sql, [row.get(c) for c in cols])
 
 
+# The days the hand-made rows below fall in (what `cli.py build` reads off raw).
+DATA_DAYS = (datetime(2025, 1, 15), datetime(2025, 1, 16))
+
+
 def build_duckdb(home: Path, rows: dict[str, list[dict]]) -> Context:
     conn = connect(Home.resolve(home))
     create_raw_schema(conn)
@@ -109,7 +115,7 @@ def build_duckdb(home: Path, rows: dict[str, list[dict]]) -> Context:
         insert(conn, table, table_rows)
     conn.close()
     context = Context(paths=str(PROJECT_ROOT))
-    context.plan(auto_apply=True, no_prompts=True)
+    plan_prod(context, [], 1, DATA_DAYS)  # as `cli.py build` does: only the days that hold data are computed
     context.close()  # release the warehouse file for the checks
     return context
 
@@ -225,7 +231,7 @@ def test_models_plan_and_apply_on_postgres(pg_url: str, home: Path, monkeypatch:
     monkeypatch.setenv("BABYLON_RL_PG_STATE_SCHEMA", "sqlmesh_state_test")
     context = Context(paths=str(PROJECT_ROOT), gateway="postgres")
     # the YAML unit tests name the duckdb gateway's raw.* inputs; they run in test_sqlmesh_unit_tests_pass
-    context.plan(auto_apply=True, no_prompts=True, skip_tests=True)
+    plan_prod(context, [], 1, DATA_DAYS, skip_tests=True)
     with psycopg.connect(pg_url) as conn:
         pnl = dict(conn.execute("SELECT agent_id, pnl FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T10:00'").fetchall())
         assert pnl == {"agent-1": 10.0, "agent-2": -4.5, "agent-3": -2.0}
