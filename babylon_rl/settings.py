@@ -8,11 +8,16 @@ variable, so `sqlmesh plan` from the repo root and `cli.py` agree on the warehou
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from babylon_rl.errors import ConfigError
+
+# A name that becomes one directory under the home (datasets/NAME, runs/RUN): no path
+# separators, no leading dot (temp dirs and hidden files start with one), no leading dash.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 HOME_ENV = "BABYLON_RL_HOME"
 DEFAULT_HOME = ".babylon"
@@ -79,6 +84,16 @@ class Home:
     def export_env(self) -> None:
         """Make child tools (SQLMesh's config.yaml) see the same home."""
         os.environ[HOME_ENV] = str(self.root)
+
+
+def safe_name(name: str, what: str) -> str:
+    """`name` if it is safe as one directory under the home, else a ConfigError naming `what`."""
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise ConfigError(
+            f"invalid {what} {name!r}: use 1-100 letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit, without path separators"
+        )
+    return name
 
 
 def resolve_database_url(cli_value: str | None) -> str | None:

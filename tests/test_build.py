@@ -19,24 +19,19 @@ START = "2025-01-15T00:00"
 
 # The same figures as the marts, computed in PostgreSQL from the game tables: the window
 # (windowId, else the startTime hour) and the P&L (finalPnL, else the last step's agentPnL).
-PG_AGENT_PNL = """
+PG_TYPED = """
     WITH typed AS (
         SELECT coalesce("windowId", to_char(date_trunc('hour', "startTime"), 'YYYY-MM-DD"T"HH24:MI')) AS window_id,
                "agentId" AS agent_id,
                coalesce("finalPnL", ("stepsJson"::jsonb -> -1 -> 'environmentState' ->> 'agentPnL')::float8) AS pnl
         FROM trajectories
-    )
+    )"""
+PG_AGENT_PNL = PG_TYPED + """
     SELECT window_id, agent_id, count(*) AS trajectories, round(sum(pnl)::numeric, 6) AS pnl,
            rank() OVER (PARTITION BY window_id ORDER BY sum(pnl) DESC) AS pnl_rank
     FROM typed GROUP BY window_id, agent_id ORDER BY window_id, agent_id
 """
-PG_WINDOWS = """
-    WITH typed AS (
-        SELECT coalesce("windowId", to_char(date_trunc('hour', "startTime"), 'YYYY-MM-DD"T"HH24:MI')) AS window_id,
-               "agentId" AS agent_id,
-               coalesce("finalPnL", ("stepsJson"::jsonb -> -1 -> 'environmentState' ->> 'agentPnL')::float8) AS pnl
-        FROM trajectories
-    ), per_agent AS (SELECT window_id, agent_id, sum(pnl) AS pnl FROM typed GROUP BY 1, 2)
+PG_WINDOWS = PG_TYPED + """, per_agent AS (SELECT window_id, agent_id, sum(pnl) AS pnl FROM typed GROUP BY 1, 2)
     SELECT window_id, count(*) AS agents, round(avg(pnl)::numeric, 6), round(min(pnl)::numeric, 6), round(max(pnl)::numeric, 6)
     FROM per_agent GROUP BY window_id ORDER BY window_id
 """

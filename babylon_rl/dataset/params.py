@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from babylon_rl.errors import ConfigError
-
-# Letters, digits, '-', '_', '.'; no leading dot (temp dirs and hidden files start with one).
-_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+from babylon_rl.settings import safe_name
 
 # Two P&L values closer than this are "the same outcome" for the no-signal flag.
 NO_SIGNAL_TOLERANCE = 1e-6
@@ -17,12 +14,7 @@ NO_SIGNAL_TOLERANCE = 1e-6
 
 def validate_name(name: str) -> str:
     """The dataset name if it is safe as one directory under datasets/, else a ConfigError."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in {".", ".."}:
-        raise ConfigError(
-            f"invalid dataset name {name!r}: use 1-100 letters, digits, '-', '_' or '.', "
-            "not starting with '.' and without path separators"
-        )
-    return name
+    return safe_name(name, "dataset name")
 
 
 @dataclass(frozen=True)

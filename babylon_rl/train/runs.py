@@ -6,18 +6,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from babylon_rl.errors import ConfigError
-from babylon_rl.settings import Home
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+from babylon_rl.settings import Home, safe_name
 
 
 def validate_name(name: str, what: str = "run name") -> str:
-    if not _NAME.match(name or "") or ".." in name:
-        raise ConfigError(
-            f"invalid {what} {name!r}: use 1-100 letters, digits, '-', '_' or '.', starting with a letter or digit"
-        )
-    return name
+    return safe_name(name, what)
 
 
 @dataclass(frozen=True)
