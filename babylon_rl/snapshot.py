@@ -111,8 +111,8 @@ def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetim
     return conn.execute("SELECT count(*) FROM changed").fetchone()[0]
 
 
-# Window starts touched by the rows of each table, as SQL over the temp table `changed`
-# (or the whole raw table on a full copy). llm_call_logs reach their window through the trajectory.
+# Window starts touched by the rows of each table, as SQL over the temp table `changed`;
+# llm_call_logs reach their window through the trajectory.
 _TOUCHED_WINDOWS = {
     "trajectories": """SELECT coalesce(try_strptime(t."windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', t."startTime")) FROM {rows} t""",
     "market_outcomes": """SELECT try_strptime(m."windowId", '%Y-%m-%dT%H:%M') FROM {rows} m""",
@@ -121,10 +121,11 @@ _TOUCHED_WINDOWS = {
 }
 
 
-def _mark_dirty(conn: duckdb.DuckDBPyConnection, table: RawTable, full: bool) -> None:
+def _mark_dirty(conn: duckdb.DuckDBPyConnection, table: RawTable) -> None:
+    """Record the windows of this incremental copy's changed rows (a full copy marks everything instead)."""
     sql = _TOUCHED_WINDOWS.get(table.name)
-    if sql is None or full:
-        return  # a full copy rebuilds everything; the build restates all windows then
+    if sql is None:
+        return
     conn.execute(
         f"""INSERT OR REPLACE INTO meta.dirty_windows
             SELECT DISTINCT w, now()::TIMESTAMP FROM ({sql.format(rows='changed')}) AS touched(w) WHERE w IS NOT NULL"""
@@ -148,7 +149,7 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
             since = datetime.fromisoformat(mark) - margin if mark else None
             rows = _copy_table(conn, table, since if not result.full_copy else None)
             if not result.full_copy:
-                _mark_dirty(conn, table, full=False)
+                _mark_dirty(conn, table)
             new_mark = conn.execute(f'SELECT max("{table.watermark}") FROM raw.{table.name}').fetchone()[0]
             result.tables.append(TableCopy(table.name, rows, new_mark.isoformat() if new_mark else mark))
         if result.full_copy:
