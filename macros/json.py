@@ -46,10 +46,18 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT {HELPER_SCHEMA}.json_array({HELPER_SCHEMA}.try_jsonb(doc))
 $fn$;
 
+CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_chat(doc jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN doc END
+$fn$;
+
 CREATE OR REPLACE FUNCTION {HELPER_SCHEMA}.json_drop_system_turns(doc jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT CASE WHEN jsonb_typeof(doc) = 'array' THEN (
-        SELECT COALESCE(jsonb_agg(turn ORDER BY position), '[]'::jsonb)::text
+        SELECT COALESCE(
+            jsonb_agg(jsonb_build_object('role', turn -> 'role', 'content', turn -> 'content') ORDER BY position),
+            '[]'::jsonb
+        )::text
         FROM jsonb_array_elements(doc) WITH ORDINALITY AS turns(turn, position)
         WHERE (turn ->> 'role') IS DISTINCT FROM 'system'
     ) END
@@ -166,25 +174,47 @@ def json_quote(evaluator, text):
     return exp.cast(_fn("to_json", exp.cast(text, "VARCHAR")), "VARCHAR")
 
 
-@macro()
-def json_drop_system_turns(evaluator, doc):
-    """A chat `messages` array (JSON) without its system turns, as JSON text; NULL unless an array."""
-    if _postgres(evaluator):
-        return _helper("json_drop_system_turns", doc)
-    return evaluator.parse_one(
-        f"""CAST(CAST(list_filter(TRY_CAST({doc.sql("duckdb")} AS JSON[]),
-                                  turn -> COALESCE(json_extract_string(turn, '$.role'), '') <> 'system') AS JSON) AS VARCHAR)"""
-    )
+# Chat turns: a `messages` array as {role, content} pairs. On DuckDB a typed list of structs
+# (json_transform parses the text once; the helpers below are list functions, no JSON is
+# parsed again), on PostgreSQL the jsonb array.
+CHAT_TURNS_STRUCTURE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
 
 
 @macro()
-def json_system_turn(evaluator, doc):
-    """The content of the first system turn of a chat `messages` array (JSON text); NULL when none."""
+def chat_turns_of(evaluator, llm_call):
+    """The `messages` of a call parsed by @parse_step_calls, as chat turns; NULL unless an array."""
     if _postgres(evaluator):
-        return _helper("json_system_turn", _helper("try_jsonb", exp.cast(doc, "TEXT")))
+        return _helper("json_chat", _fn("jsonb_extract_path", llm_call, exp.Literal.string("messages")))
+    return _fn("struct_extract", llm_call, exp.Literal.string("messages"))
+
+
+@macro()
+def chat_turns_from_text(evaluator, text):
+    """A messages JSON text as chat turns; NULL unless it is a JSON array."""
+    if _postgres(evaluator):
+        return _helper("json_chat", _helper("try_jsonb", exp.cast(text, "TEXT")))
+    return evaluator.parse_one(f"TRY(json_transform({text.sql('duckdb')}, '{CHAT_TURNS_STRUCTURE}'))")
+
+
+@macro()
+def system_turn_content(evaluator, turns):
+    """The content of the first system turn; NULL when there is none."""
+    if _postgres(evaluator):
+        return _helper("json_system_turn", turns)
+    return evaluator.parse_one(f"list_filter({turns.sql('duckdb')}, turn -> turn.role = 'system')[1].content")
+
+
+@macro()
+def non_system_turns_json(evaluator, turns):
+    """The turns other than system ones as JSON text [{"role": ..., "content": ...}, ...]; NULL for NULL turns."""
+    if _postgres(evaluator):
+        return _helper("json_drop_system_turns", turns)
+    as_json = "COALESCE(CAST(to_json({}) AS VARCHAR), 'null')"
+    turn_json = f"""'{{"role": ' || {as_json.format('turn.role')} || ', "content": ' || {as_json.format('turn.content')} || '}}'"""
     return evaluator.parse_one(
-        f"""json_extract_string(list_filter(TRY_CAST({doc.sql("duckdb")} AS JSON[]),
-                                turn -> json_extract_string(turn, '$.role') = 'system')[1], '$.content')"""
+        f"""'[' || array_to_string(list_transform(
+                      list_filter({turns.sql('duckdb')}, turn -> turn.role IS DISTINCT FROM 'system'),
+                      turn -> {turn_json}), ', ') || ']'"""
     )
 
 

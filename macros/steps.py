@@ -1,9 +1,13 @@
 """Parsing stepsJson once, per gateway.
 
-`@parse_steps(doc)` turns a trajectory's stepsJson into a list of steps in ONE pass over the
-text: on DuckDB a single `json_transform` into typed structs (every field the models need,
-both step shapes, the LLM calls with their fields), on PostgreSQL the jsonb elements. A
-document that is not valid JSON or not an array gives NULL. The fields are then read with
+`@parse_steps(doc)` turns a trajectory's stepsJson into a list of steps in one pass over the
+text: on DuckDB a single `json_transform` into typed structs (the step fields of both step
+shapes, and of each LLM call only its response), on PostgreSQL the jsonb elements.
+`@parse_step_calls(doc)` reads the same text for the LLM calls with all their fields (the
+steps as lists of calls). Two narrow parses are cheaper than one wide one: a nested list
+of calls with their prompt text is slow to store and read back in staging.step_rows, while
+staging.llm_calls needs the calls flat, one row each. A document that is not valid JSON or
+not an array gives NULL. The fields are then read with
 `@field(value, key, ...)` (struct access on DuckDB, jsonb_extract_path_text on PostgreSQL),
 always as text, and cast with @safe_double / @safe_int, so a number logged as a string or
 garbage where a number belongs becomes NULL instead of failing the build.
@@ -32,7 +36,7 @@ LLM_CALL_FIELDS = {
     "actionType": _TEXT,
     "systemPrompt": _TEXT,
     "userPrompt": _TEXT,
-    "messages": "JSON",
+    "messages": [{"role": _TEXT, "content": _TEXT}],  # chat turns: see @chat_turns_of
     "response": _TEXT,
     "reasoning": _TEXT,
     "temperature": _TEXT,
@@ -51,9 +55,10 @@ STEP_FIELDS = {
         "result": {"pnl": _TEXT},
     },
     "observation": "JSON",
-    "llmCalls": [LLM_CALL_FIELDS],
+    "llmCalls": [{"response": _TEXT}],  # enough to count the calls and find those without an answer
 }
 STEPS_STRUCTURE = json.dumps([STEP_FIELDS], separators=(",", ":"))
+STEP_CALLS_STRUCTURE = json.dumps([{"llmCalls": [LLM_CALL_FIELDS]}], separators=(",", ":"))
 
 
 def _on_postgres(evaluator) -> bool:
@@ -64,16 +69,26 @@ def _key_names(keys) -> list[str]:
     return [key.this if isinstance(key, exp.Literal) else key.name for key in keys]
 
 
-@macro()
-def parse_steps(evaluator, doc):
-    """stepsJson as a list of steps (typed structs on DuckDB, jsonb on PostgreSQL); NULL unless a JSON array."""
+def _parse(evaluator, doc, structure: str) -> exp.Expression:
     if _on_postgres(evaluator):
         return exp.Dot(
             this=exp.to_identifier("babylon_rl"),
             expression=exp.Anonymous(this="json_array", expressions=[doc]),
         )
     # TRY: malformed JSON is NULL, not an error; a valid non-array document is NULL already
-    return evaluator.parse_one(f"TRY(json_transform({doc.sql('duckdb')}, '{STEPS_STRUCTURE}'))")
+    return evaluator.parse_one(f"TRY(json_transform({doc.sql('duckdb')}, '{structure}'))")
+
+
+@macro()
+def parse_steps(evaluator, doc):
+    """stepsJson as a list of steps (typed structs on DuckDB, jsonb on PostgreSQL); NULL unless a JSON array."""
+    return _parse(evaluator, doc, STEPS_STRUCTURE)
+
+
+@macro()
+def parse_step_calls(evaluator, doc):
+    """stepsJson as a list of steps holding their LLM calls with every call field; NULL unless a JSON array."""
+    return _parse(evaluator, doc, STEP_CALLS_STRUCTURE)
 
 
 @macro()

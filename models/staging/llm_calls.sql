@@ -2,8 +2,8 @@
    llm_call_logs, deduplicated by call id (docs/TABLES.md "Call ids": the call's own
    callId in the plugin shape, else {trajectoryId}:{stepNumber}:{index}). Values from
    stepsJson win; llm_call_logs fills what a step left out and adds calls the steps lack.
-   The calls come from the typed llm_calls column of staging.step_rows (stepsJson is not
-   parsed again); llm_call_logs is deduplicated on ids and small columns only, and its
+   The calls are read from stepsJson (@parse_step_calls) for the steps staging.step_rows
+   found calls in; llm_call_logs is deduplicated on ids and small columns only, and its
    prompt text is read only for the calls that need it. A plugin-shape call without
    systemPrompt takes the system turn of its messages. */
 MODEL (
@@ -31,8 +31,7 @@ MODEL (
     action_type = 'The action the call decided, when logged',
     system_prompt = 'The system prompt (systemPrompt, else the system turn of messages)',
     user_prompt = 'userPrompt',
-    messages_json = 'The exact chat the model saw (plugin shape / messagesJson), JSON text; NULL when not logged',
-    input_turns_json = 'The call''s input turns without system turns, JSON array text: messages when logged, else one user turn',
+    input_turns_json = 'The call''s input turns without system turns, as JSON array text of {"role", "content"} objects: its messages when logged, else one user turn with userPrompt',
     response = 'The model''s answer',
     reasoning = 'Reasoning, when logged',
     temperature = 'Sampling temperature',
@@ -50,24 +49,42 @@ WITH staged_trajectories AS (
 ),
 
 steps_with_calls AS (
-  SELECT s.source_id, s.trajectory_id, s.window_start, s.step_position, s.step_number, s.llm_calls
-  FROM staging.step_rows AS s
-  JOIN staged_trajectories AS t
-    ON t.source_id = s.source_id
-  WHERE s.window_start BETWEEN @start_ts AND @end_ts
-    AND s.llm_call_count > 0
+  SELECT source_id, step_position, step_number
+  FROM staging.step_rows
+  WHERE window_start BETWEEN @start_ts AND @end_ts
+    AND llm_call_count > 0
 ),
 
-step_calls_unnested AS (
+/* stepsJson is read a second time here, for the calls only (see macros/steps.py) */
+trajectory_calls_parsed AS (
+  SELECT t.source_id, t.trajectory_id, t.window_start, @parse_step_calls(r."stepsJson") AS steps
+  FROM @raw_schema.trajectories AS r
+  JOIN staged_trajectories AS t
+    ON t.source_id = r."id"
+),
+
+step_call_lists AS (
   SELECT
     source_id,
     trajectory_id,
     window_start,
-    step_position,
-    step_number,
-    UNNEST(llm_calls) AS llm_call,
-    GENERATE_SUBSCRIPTS(llm_calls, 1) - 1 AS call_index
-  FROM steps_with_calls
+    UNNEST(steps) AS step,
+    GENERATE_SUBSCRIPTS(steps, 1) - 1 AS step_position
+  FROM trajectory_calls_parsed
+),
+
+step_calls_unnested AS (
+  SELECT
+    l.source_id,
+    l.trajectory_id,
+    l.window_start,
+    l.step_position,
+    s.step_number,
+    UNNEST(@call_list(l.step)) AS llm_call,
+    GENERATE_SUBSCRIPTS(@call_list(l.step), 1) - 1 AS call_index
+  FROM step_call_lists AS l
+  JOIN steps_with_calls AS s
+    ON s.source_id = l.source_id AND s.step_position = l.step_position
 ),
 
 step_calls AS (
@@ -88,7 +105,7 @@ step_calls AS (
     @field(llm_call, 'actionType') AS action_type,
     @field(llm_call, 'systemPrompt') AS system_prompt,
     @field(llm_call, 'userPrompt') AS user_prompt,
-    CAST(@field(llm_call, 'messages') AS TEXT) AS messages_text,  -- text like messagesJson: a malformed log row must not fail the UNION's cast to JSON
+    @chat_turns_of(llm_call) AS chat_turns,
     @field(llm_call, 'response') AS response,
     @field(llm_call, 'reasoning') AS reasoning,
     @safe_double(@field(llm_call, 'temperature')) AS temperature,
@@ -144,12 +161,12 @@ logged_text AS (
     l."id" AS log_id,
     l."systemPrompt" AS system_prompt,
     l."userPrompt" AS user_prompt,
-    l."messagesJson" AS messages_text,
+    @chat_turns_from_text(l."messagesJson") AS chat_turns,
     l."response" AS response,
     l."reasoning" AS reasoning
   FROM @raw_schema.llm_call_logs AS l
   WHERE l."id" IN (
-    SELECT log_id FROM step_calls_logged WHERE log_id IS NOT NULL AND user_prompt IS NULL AND messages_text IS NULL
+    SELECT log_id FROM step_calls_logged WHERE log_id IS NOT NULL AND user_prompt IS NULL AND chat_turns IS NULL
     UNION ALL
     SELECT log_id FROM calls_only_logged
   )
@@ -176,7 +193,7 @@ calls_merged AS (
     COALESCE(s.action_type, s.logged_action_type) AS action_type,
     COALESCE(s.system_prompt, t.system_prompt) AS system_prompt,
     COALESCE(s.user_prompt, t.user_prompt) AS user_prompt,
-    COALESCE(s.messages_text, t.messages_text) AS messages_text,
+    COALESCE(s.chat_turns, t.chat_turns) AS chat_turns,
     COALESCE(s.response, t.response) AS response,
     COALESCE(s.reasoning, t.reasoning) AS reasoning,
     COALESCE(s.temperature, s.logged_temperature) AS temperature,
@@ -201,7 +218,7 @@ calls_merged AS (
     l.action_type,
     t.system_prompt,
     t.user_prompt,
-    t.messages_text,
+    t.chat_turns,
     t.response,
     t.reasoning,
     l.temperature,
@@ -211,13 +228,6 @@ calls_merged AS (
   FROM calls_only_logged AS l
   LEFT JOIN logged_text AS t
     ON t.log_id = l.log_id
-),
-
-calls_with_messages AS (
-  SELECT
-    *,
-    CASE WHEN @json_kind(@json_parse(messages_text)) = 'array' THEN CAST(messages_text AS TEXT) END AS messages_json
-  FROM calls_merged
 )
 
 SELECT
@@ -232,11 +242,10 @@ SELECT
   model,
   purpose,
   action_type,
-  COALESCE(system_prompt, @json_system_turn(messages_json)) AS system_prompt,
+  COALESCE(system_prompt, @system_turn_content(chat_turns)) AS system_prompt,
   user_prompt,
-  messages_json,
   COALESCE(
-    @json_drop_system_turns(@json_parse(messages_json)),
+    @non_system_turns_json(chat_turns),
     CASE
       WHEN user_prompt IS NULL THEN '[]'
       ELSE '[{"role": "user", "content": ' || @json_quote(user_prompt) || '}]'
@@ -248,4 +257,4 @@ SELECT
   max_tokens::INT AS max_tokens,
   in_steps,
   log_id
-FROM calls_with_messages
+FROM calls_merged

@@ -1,6 +1,6 @@
-/* Every element of every trajectory's stepsJson array, parsed once into typed columns
-   (@parse_steps: one json_transform of the text on DuckDB; the other models never read
-   stepsJson again, staging.llm_calls unnests the typed llm_calls column).
+/* Every element of every trajectory's stepsJson array, parsed into typed columns
+   (@parse_steps: one json_transform of the text on DuckDB). The LLM calls are only
+   counted and checked here; staging.llm_calls reads them with all their fields.
    Both step shapes of docs/TABLES.md are read: the legacy shape (action.actionType,
    environmentState) and the trajectory-logger plugin shape (stepId, action.actionName,
    llmCalls with callId and messages). `problem` names what makes a step unusable; a
@@ -37,7 +37,6 @@ MODEL (
     is_trade = 'A successful action other than HOLD',
     is_win = 'A trade with action_pnl > 0',
     is_error = 'An action with success = false or an error',
-    llm_calls = 'The step''s llmCalls, typed (DuckDB: a list of structs; PostgreSQL: jsonb[]); NULL when the step has none',
     llm_call_count = 'Number of LLM calls in the step',
     problem = 'Why the step is unusable (step_not_object, unknown_step_shape, llm_calls_not_array, llm_call_without_response); NULL when usable'
   )
@@ -155,7 +154,6 @@ SELECT
   COALESCE(s.action_success AND s.action_type <> 'HOLD', FALSE) AS is_trade,
   COALESCE(s.action_success AND s.action_type <> 'HOLD' AND s.action_pnl > 0, FALSE) AS is_win,
   s.action_type IS NOT NULL AND (s.action_success = FALSE OR s.action_error IS NOT NULL) AS is_error,
-  CASE WHEN s.llm_calls_kind = 'array' THEN s.llm_calls END AS llm_calls,
   COALESCE(CASE WHEN s.llm_calls_kind = 'array' THEN @list_length(s.llm_calls) END, 0)::INT AS llm_call_count,
   CASE
     WHEN s.step_kind IS DISTINCT FROM 'object' THEN 'step_not_object'
