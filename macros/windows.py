@@ -7,6 +7,8 @@ truncated to `windowHours` (windows are aligned to UTC midnight, so window lengt
 
 from __future__ import annotations
 
+from sqlglot import exp
+
 from sqlmesh import macro
 
 _WINDOW_ID = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]$"
@@ -51,3 +53,36 @@ def window_id(evaluator, window_start):
     """The window id text `YYYY-MM-DDTHH:MM` of a window start."""
     s = window_start.sql("duckdb")
     return evaluator.parse_one(f"STRFTIME({s}, '%Y-%m-%d') || 'T' || STRFTIME({s}, '%H:%M')")
+
+
+@macro()
+def trajectories_in_range(evaluator):
+    """The raw trajectories whose window starts in the batch's range (@start_ts..@end_ts), as a
+    derived table: every raw column plus `window_start`.
+
+    Two branches, so that each carries a filter on one plain column that DuckDB can apply
+    while scanning (a condition on a computed window start, or an OR of two columns, makes it
+    read every row's stepsJson for every batch): a valid windowId sorts like the time it
+    names, so windows named in the range have windowId between the range's ids; a window
+    taken from startTime starts at most a day before it.
+    """
+    raw = f"{evaluator.var('raw_schema', 'raw')}.trajectories"
+    # the other macros are called as functions: a macro's serialized code only carries what it calls
+    named = window_start_from_id(evaluator, exp.column("windowId", quoted=True)).sql("duckdb")
+    timed = window_start_from_time(
+        evaluator, exp.column("startTime", quoted=True), window_hours(evaluator, exp.column("windowHours", quoted=True))
+    ).sql("duckdb")
+    first_id, last_id = (window_id(evaluator, evaluator.parse_one(f"CAST(@{name} AS TIMESTAMP)")).sql("duckdb") for name in ("start_ts", "end_ts"))
+    sql = f"""(
+      SELECT *, {named} AS window_start
+      FROM {raw}
+      WHERE "windowId" BETWEEN {first_id} AND {last_id}
+        AND {named} BETWEEN @start_ts AND @end_ts
+      UNION ALL
+      SELECT *, {timed} AS window_start
+      FROM {raw}
+      WHERE "startTime" >= CAST(@start_ts AS TIMESTAMP) AND "startTime" < CAST(@end_ts AS TIMESTAMP) + INTERVAL 1 DAY
+        AND {named} IS NULL
+        AND {timed} BETWEEN @start_ts AND @end_ts
+    )"""
+    return evaluator.transform(evaluator.parse_one(sql))

@@ -58,7 +58,7 @@ steps_with_calls AS (
 /* stepsJson is read a second time here, for the calls only (see macros/steps.py) */
 trajectory_calls_parsed AS (
   SELECT t.source_id, t.trajectory_id, t.window_start, @parse_step_calls(r."stepsJson") AS steps
-  FROM @raw_schema.trajectories AS r
+  FROM @trajectories_in_range() AS r
   JOIN staged_trajectories AS t
     ON t.source_id = r."id"
 ),

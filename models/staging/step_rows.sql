@@ -42,22 +42,14 @@ MODEL (
   )
 );
 
-WITH trajectories_in_range AS (
+WITH steps_parsed AS (
   SELECT
     "id" AS source_id,
     "trajectoryId" AS trajectory_id,
+    window_start,
     "stepsJson" AS steps_json,
-    COALESCE(
-      @window_start_from_id("windowId"),
-      @window_start_from_time("startTime", @window_hours("windowHours"))
-    ) AS window_start
-  FROM @raw_schema.trajectories
-),
-
-steps_parsed AS (
-  SELECT source_id, trajectory_id, window_start, steps_json, @parse_steps(steps_json) AS steps
-  FROM trajectories_in_range
-  WHERE window_start BETWEEN @start_ts AND @end_ts
+    @parse_steps("stepsJson") AS steps
+  FROM @trajectories_in_range() AS t
 ),
 
 steps_unnested AS (

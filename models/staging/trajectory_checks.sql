@@ -51,7 +51,7 @@ MODEL (
   )
 );
 
-WITH trajectories_in_range AS (
+WITH trajectories_typed AS (
   SELECT
     "id" AS source_id,
     NULLIF("trajectoryId", '') AS trajectory_id,
@@ -59,10 +59,7 @@ WITH trajectories_in_range AS (
     "windowId" AS raw_window_id,
     @window_start_from_id("windowId") AS window_start_named,
     @window_hours("windowHours") AS window_hours,
-    COALESCE(
-      @window_start_from_id("windowId"),
-      @window_start_from_time("startTime", @window_hours("windowHours"))
-    ) AS window_start,
+    window_start,
     "startTime" AS start_time,
     "endTime" AS end_time,
     @finite("finalPnL") AS final_pnl,
@@ -73,7 +70,7 @@ WITH trajectories_in_range AS (
     COALESCE("usedInTraining", FALSE) AS used_in_training,
     "trainedInBatch" AS trained_in_batch,
     "updatedAt" AS updated_at
-  FROM @raw_schema.trajectories
+  FROM @trajectories_in_range() AS t
 ),
 
 trajectories_windowed AS (
@@ -82,8 +79,7 @@ trajectories_windowed AS (
     ROW_NUMBER() OVER (
       PARTITION BY trajectory_id ORDER BY updated_at DESC NULLS LAST, source_id DESC
     ) AS newest_first
-  FROM trajectories_in_range
-  WHERE window_start BETWEEN @start_ts AND @end_ts
+  FROM trajectories_typed
 ),
 
 steps_in_range AS (
@@ -143,7 +139,7 @@ trajectories_without_steps AS (
 /* stepsJson is read again only for the few trajectories without any step row */
 unparsed_steps AS (
   SELECT "id" AS source_id, @json_kind(@json_parse("stepsJson")) AS steps_kind
-  FROM @raw_schema.trajectories
+  FROM @trajectories_in_range() AS t
   WHERE "id" IN (SELECT source_id FROM trajectories_without_steps)
 ),
 
