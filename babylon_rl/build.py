@@ -150,8 +150,10 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tu
 def plan_prod(context, dirty: list[datetime], window_hours: int,
               data_days: tuple[datetime, datetime] | None, **plan_options) -> tuple[tuple[datetime, datetime] | None, dict]:
     """Apply prod on any gateway: missing intervals recorded empty, then the days with data (or the dirty windows) restated."""
+    # The models' YAML unit tests are for `sqlmesh test` and CI; run in every build they cost seconds.
+    plan_options = {"auto_apply": True, "no_prompts": True, "skip_tests": True, **plan_options}
     before = _model_versions(context)
-    context.plan("prod", auto_apply=True, no_prompts=True, empty_backfill=True, **plan_options)
+    context.plan("prod", empty_backfill=True, **plan_options)
     after = _model_versions(context)
     restate = None
     if data_days is not None:
@@ -168,8 +170,6 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
             restate_models=_incremental_models(context),
             start=start,
             end=min(end, _plan_horizon()),
-            auto_apply=True,
-            no_prompts=True,
             **plan_options,
         )
     # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
