@@ -4,6 +4,8 @@
 
 Reports the cold run (every group sent once) against the ideal groups/concurrency x latency,
 the warm re-run (all groups from the cache, zero requests) and prompt tokens per trajectory.
+The cold run includes the one-off import of the openai SDK (the judge imports it lazily);
+that import is also timed on its own, in a fresh process, and reported beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ sys.path.insert(0, str(ROOT))
 from babylon_rl.judge import ScoreOptions, score_dataset  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
 from tests.dataset_factory import make_dataset  # noqa: E402
+
+
+def sdk_import_seconds() -> float:
+    """Wall time of importing the RULER judge (the openai SDK and its aiohttp transport) in a fresh process."""
+    code = "import time, babylon_rl.judge; t = time.perf_counter(); import babylon_rl.judge.ruler; print(time.perf_counter() - t)"
+    return float(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout)
 
 
 def main() -> None:
@@ -49,9 +57,12 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
+    sdk_s = sdk_import_seconds()
     ideal = args.groups / args.concurrency * args.latency
     print(f"groups {args.groups} x {args.agents} trajectories, concurrency {args.concurrency}, latency {args.latency}s")
     print(f"cold: {cold_s:.2f}s for {sent} requests (ideal {ideal:.2f}s, ratio {cold_s / ideal:.2f}x)")
+    print(f"  of which importing the openai SDK (one-off, timed in a fresh process): {sdk_s:.2f}s; "
+          f"without it {cold_s - sdk_s:.2f}s, ratio {(cold_s - sdk_s) / ideal:.2f}x")
     print(f"warm: {warm_s:.2f}s, {warm.requests} requests, {warm.cached_groups} groups from the cache")
     print(f"prompt tokens per trajectory: {cold.tokens_in / cold.trajectories:.0f} (server count, chars/4)")
 

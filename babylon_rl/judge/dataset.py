@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import polars as pl
@@ -34,7 +35,7 @@ class Trajectory:
     window_agents: int
     no_signal: bool
 
-    @property
+    @cached_property  # read for the cache key and again for every cache row
     def content_hash(self) -> str:
         payload = [self.trajectory_id, list(self.messages), self.pnl, self.win_rate, self.actions, self.trades, self.errors]
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
@@ -48,7 +49,7 @@ class Group:
     context_text: str
     trajectories: tuple[Trajectory, ...]
 
-    @property
+    @cached_property
     def context_hash(self) -> str:
         return hashlib.sha256(self.context_text.encode()).hexdigest()
 
