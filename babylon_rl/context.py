@@ -368,6 +368,9 @@ class BabylonContext:
             d = diff["direction_accuracy_diff"]
             verdict = "beats it outside the interval" if diff["beats_outside_interval"] else "does not beat it outside the interval"
             self.console.print(f"model vs {role}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]; {verdict}")
+        if "baseline" in result.comparison or "constant" in result.comparison:
+            shown = "shown" if result.learning_shown else "NOT shown (it must beat both the baseline and the best constant action)"
+            self.console.print(f"learning {shown}")
         failed = result.model_result.failed_requests
         if failed:
             self.console.print(f"{failed} request(s) to the endpoint failed and count as invalid answers")

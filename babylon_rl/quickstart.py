@@ -120,7 +120,7 @@ def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
                             learning_rate=options.learning_rate, groups_per_step=options.groups_per_step,
                             kl_coef=options.kl_coef, lora_r=0,
                             max_steps=options.steps, epochs=None if options.steps else options.epochs, seed=options.seed)
-    with _stage(ctx, result, 7, "eval: base vs trained vs logged agents"):
+    with _stage(ctx, result, 7, "eval: base vs trained vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=NAME, dataset=NAME, seed=options.seed))
     with _stage(ctx, result, 8, "report", spinner=True):
         report = ctx.report(NAME)
@@ -135,10 +135,16 @@ def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
 
 
 def learning_verdict(evaluation) -> list[str]:
-    """The learning check in words: does the trained model beat each reference outside the interval?"""
-    names = {"baseline": "the warm-started (imitation-only) tiny model", "logged": "the logged agents"}
+    """The learning check in words: does the trained model beat each reference outside the interval?
+
+    Learning is shown only when it beats both the warm-started model and the best constant action
+    (chosen on the training windows): a model that learnt one fixed answer cannot pass.
+    """
+    constant = evaluation.constant.answer if evaluation.constant else "none: the dataset has no training decisions"
+    names = {"baseline": "the warm-started (imitation-only) tiny model",
+             "constant": f"the best constant action on the training windows ({constant})", "logged": "the logged agents"}
     lines = []
-    for role in ("baseline", "logged"):
+    for role in ("baseline", "constant", "logged"):
         diff = evaluation.comparison.get(role)
         if not diff:
             continue
@@ -146,6 +152,10 @@ def learning_verdict(evaluation) -> list[str]:
         verdict = "[bold green]BEATS[/bold green]" if diff["beats_outside_interval"] else "[bold red]does NOT beat[/bold red]"
         lines.append(f"trained model {verdict} {names[role]} outside the 95 % interval: direction accuracy "
                      f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+    if evaluation.learning_shown:
+        lines.append("[bold green]learning shown[/bold green]: the trained model beats the warm-started model and the best constant action")
+    else:
+        lines.append("[bold red]learning NOT shown[/bold red]: the trained model must beat both the warm-started model and the best constant action")
     return lines
 
 

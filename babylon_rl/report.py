@@ -156,15 +156,18 @@ def eval_html(evaluation: dict | None) -> str:
         for key, fmt in (("direction_accuracy", ".3f"), ("pnl_per_decision", "+.2f"), ("valid_rate", ".3f")):
             m = p["metrics"][key]
             cells.append(f"{m['value']:{fmt}} [{m['low']:{fmt}}, {m['high']:{fmt}}]")
+        cells.append(f"{html.escape(p.get('top_answer', ''))} {p.get('top_answer_share', 0.0):.0%}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     comparisons = "".join(
         f"<li>model vs {html.escape(role)}: direction accuracy {c['direction_accuracy_diff']['value']:+.3f} "
         f"[{c['direction_accuracy_diff']['low']:+.3f}, {c['direction_accuracy_diff']['high']:+.3f}]"
         f"{' (outside the interval)' if c['beats_outside_interval'] else ''}</li>"
         for role, c in evaluation.get("comparison", {}).items())
+    if "learning_shown" in evaluation:
+        comparisons += f"<li>learning shown (beats the baseline and the best constant action): {evaluation['learning_shown']}</li>"
     return (f"<p>{evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
             f"{html.escape(evaluation['dataset'])}; 95 % bootstrap intervals over windows ({evaluation['bootstrap']['resamples']} resamples).</p>"
-            '<table id="eval-table"><tr><th>policy</th><th>direction accuracy</th><th>P&amp;L per decision</th><th>valid</th></tr>'
+            '<table id="eval-table"><tr><th>policy</th><th>direction accuracy</th><th>P&amp;L per decision</th><th>valid</th><th>most frequent answer</th></tr>'
             + "".join(rows) + f"</table><ul>{comparisons}</ul>")
 
 

@@ -1,8 +1,8 @@
 """The quickstart benchmark: the default `cli.py quickstart` in a fresh home, timed with /usr/bin/time -v.
 
 Prints the wall time, the peak RSS, the machine and the eval table as Markdown for
-docs/BENCHMARKS.md, and whether the trained model beats the warm-started tiny model
-outside the bootstrap interval (the learning check of the quickstart).
+docs/BENCHMARKS.md, and whether the trained model beats the warm-started tiny model and the
+best constant action outside the bootstrap interval (the learning check of the quickstart).
 
     /work/venv/bin/python bench/bench_quickstart.py --home /tmp/brl-quickstart [-- extra quickstart options]
 """
@@ -43,11 +43,12 @@ def run(home: Path, extra: list[str]) -> tuple[float, int, str]:
 
 
 def table(evaluation: dict) -> str:
-    lines = ["| policy | direction accuracy [95 % CI] | P&L per decision [95 % CI] | valid [95 % CI] |", "|---|---:|---:|---:|"]
+    lines = ["| policy | direction accuracy [95 % CI] | P&L per decision [95 % CI] | valid [95 % CI] | most frequent answer |",
+             "|---|---:|---:|---:|---|"]
     for p in evaluation["policies"]:
         cells = [f"{m['value']:{f}} [{m['low']:{f}}, {m['high']:{f}}]" for m, f in (
             (p["metrics"]["direction_accuracy"], ".3f"), (p["metrics"]["pnl_per_decision"], "+.2f"), (p["metrics"]["valid_rate"], ".3f"))]
-        lines.append(f"| {p['name']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {p['name']} | " + " | ".join(cells) + f" | {p['top_answer']} {p['top_answer_share']:.0%} |")
     return "\n".join(lines)
 
 
@@ -68,6 +69,7 @@ def main() -> None:
         d = c["direction_accuracy_diff"]
         print(f"\nmodel - {role}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], "
               f"beats it outside the interval: {c['beats_outside_interval']}")
+    print(f"\nlearning shown (beats the warm-started model and the best constant action): {evaluation['learning_shown']}")
 
 
 if __name__ == "__main__":

@@ -69,3 +69,37 @@ def write_eval_dataset(home: Path, name: str = "ev", windows: int = 3, agents: i
     pl.DataFrame(contexts).write_parquet(path / "contexts.parquet")
     (path / "manifest.json").write_text(json.dumps({"name": name}))
     return path
+
+
+def news_observation(bullish: bool) -> str:
+    headline = "Acme Corp beats earnings expectations" if bullish else "Acme Corp misses revenue guidance"
+    return observation(5).replace("Acme Corp beats earnings expectations", headline)
+
+
+def write_news_dataset(home: Path, name: str = "news", train_rises: tuple[bool, ...] = (True,) * 6 + (False,) * 2,
+                       eval_rises: tuple[bool, ...] = (True, False) * 6, agents: int = 2) -> Path:
+    """Windows where the headline tells where ACME goes (BOLT does not move): a bullish headline and
+    ACME rises 100 -> 102, or a bearish one and it falls 100 -> 98. The train windows come first."""
+    path = home / "datasets" / name
+    path.mkdir(parents=True, exist_ok=True)
+    start = datetime(2025, 1, 15)
+    splits: dict[str, list[dict]] = {"train": [], "eval": []}
+    contexts = []
+    for w, (split, rises) in enumerate([("train", r) for r in train_rises] + [("eval", r) for r in eval_rises]):
+        window_start = start + timedelta(hours=w)
+        window_id = window_start.strftime("%Y-%m-%dT%H:%M")
+        stocks = [{"ticker": "ACME", "start_price": 100.0, "end_price": 102.0 if rises else 98.0},
+                  {"ticker": "BOLT", "start_price": 50.0, "end_price": 50.0}]
+        contexts.append({"window_id": window_id, "window_start": window_start, "context_text": "ground truth",
+                         "stocks_json": json.dumps(stocks), "prediction_markets_json": "[]"})
+        for a in range(agents):
+            messages = [{"role": "system", "content": SYSTEM.format(agent=f"agent-{a}")},
+                        {"role": "user", "content": news_observation(rises)}, {"role": "assistant", "content": ANSWERS[3]}]
+            splits[split].append({"trajectory_id": f"t-{w}-{a}", "window_id": window_id, "window_start": window_start,
+                                  "agent_id": f"agent-{a}", "messages": json.dumps(messages), "pnl": 0.0,
+                                  "window_agents": agents, "split": split})
+    for split, rows in splits.items():
+        pl.DataFrame(rows).write_parquet(path / f"{split}.parquet")
+    pl.DataFrame(contexts).write_parquet(path / "contexts.parquet")
+    (path / "manifest.json").write_text(json.dumps({"name": name}))
+    return path

@@ -10,9 +10,11 @@ import pytest
 
 from babylon_rl.evaluate import GroundTruth, parse_action, read_observation, score_action
 from babylon_rl.evaluate.actions import Action
+from babylon_rl.evaluate.constant import best_constant
+from babylon_rl.evaluate.decisions import load_eval_set, load_train_decisions
 from babylon_rl.evaluate.decisions import decision_points
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
-from tests.eval_factory import ANSWERS, contexts_row, observation, write_eval_dataset
+from tests.eval_factory import ANSWERS, contexts_row, observation, write_eval_dataset, write_news_dataset
 from tests.judge_server import JudgeServer
 from tests.train_support import build_template, install
 
@@ -146,3 +148,42 @@ def test_eval_errors_exit_2(template, home, run_cli):
         server.mode = "500"
         result = run_cli("eval", "--model", "m", "--base-url", server.base_url, "--dataset", "ev", "--concurrency", "16")
     assert result.exit_code == 2 and "every request" in result.output
+
+
+# -- the learning check: the best constant action --------------------------------------------
+def test_best_constant_is_chosen_on_the_training_windows(home):
+    path = write_news_dataset(home)  # train: ACME rises in 6 of 8 windows; eval: in half of them
+    eval_set = load_eval_set(path, "news")
+    train = load_train_decisions(path, eval_set.truths)
+    assert len(train) == 16 and not {d.window_id for d in train} & set(eval_set.windows)
+    choice = best_constant(train, eval_set.truths, 0.5)
+    assert parse_action(choice.answer) == Action("buy", ticker="ACME", shares=10)
+    assert choice.train_accuracy == pytest.approx(0.75)
+
+
+def _reader(body: dict) -> str:
+    """A policy that reads the headline; under the name `hold-model`, one that always holds."""
+    if body["model"] == "hold-model":
+        return '{"action": "hold"}'
+    kind = "buy" if "beats" in body["messages"][-1]["content"] else "sell"
+    return json.dumps({"action": kind, "ticker": "ACME", "shares": 5})
+
+
+@pytest.mark.parametrize("policy, shown", [("reader", True), ("constant", False)])
+def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run_cli, policy, shown):
+    write_news_dataset(home)
+    constant = '{"action": "buy", "ticker": "ACME", "shares": 5}'
+    with JudgeServer() as server:
+        server.reply = lambda body: _reader(body) if policy == "reader" or body["model"] == "hold-model" else constant
+        result = run_cli("eval", "--model", policy, "--base-url", server.base_url, "--baseline", "hold-model",
+                         "--dataset", "news", "--resamples", "500")
+    assert result.exit_code == 0, result.output
+    report = json.loads((home / "evals" / f"{policy}-news" / "eval.json").read_text())
+    roles = {p["role"]: p for p in report["policies"]}
+    assert list(roles) == ["logged", "constant", "baseline", "model"]
+    assert roles["constant"]["metrics"]["direction_accuracy"]["value"] == pytest.approx(0.5)
+    assert roles["model"]["metrics"]["direction_accuracy"]["value"] == pytest.approx(1.0 if shown else 0.5)
+    assert report["comparison"]["baseline"]["beats_outside_interval"] is True  # both beat "always hold"
+    assert report["comparison"]["constant"]["beats_outside_interval"] is shown
+    assert report["learning_shown"] is shown
+    assert ("learning shown" if shown else "learning NOT shown") in result.output

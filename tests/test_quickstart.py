@@ -14,7 +14,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert result.exit_code == 0, result.output
     out = result.output
     for stage in ("simulate into duckdb", "build", "dataset build", "model init-tiny", "score --judge heuristic",
-                  "train --backend torch", "eval: base vs trained vs logged agents", "report"):
+                  "train --backend torch", "eval: base vs trained vs best constant vs logged agents", "report"):
         assert f"done {stage} in" in out, stage
     assert "quickstart summary" in out and "logged agents" in out and "direction" in out
     marker = json.loads((home / "quickstart.json").read_text())
@@ -26,7 +26,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert "outside the 95 % interval" in out
     assert (home / "datasets" / "quickstart" / "scores.parquet").exists()
     evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
-    assert [p["role"] for p in evaluation["policies"]] == ["logged", "baseline", "model"]
+    assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "baseline", "model"]
     assert "<svg" in (home / "runs" / "quickstart" / "report.html").read_text()
 
     again = run_cli("quickstart", *SMALL)

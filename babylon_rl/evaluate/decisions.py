@@ -19,6 +19,8 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.scoring import GroundTruth
 
+COLUMNS = ["trajectory_id", "window_id", "agent_id", "messages"]
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -61,25 +63,44 @@ def decision_points(window_id: str, trajectory_id: str, agent_id: str, messages:
     return points
 
 
+def read_truths(dataset_path: Path, name: str) -> dict[str, GroundTruth]:
+    contexts_file = dataset_path / "contexts.parquet"
+    if not contexts_file.exists():
+        raise ConfigError(f"dataset {name!r} has no ground truth ({contexts_file} is missing): rebuild it with python cli.py dataset build --name {name} --force")
+    contexts = pl.read_parquet(contexts_file, columns=["window_id", "stocks_json", "prediction_markets_json"])
+    return {r["window_id"]: GroundTruth.from_json(r["window_id"], r["stocks_json"], r["prediction_markets_json"])
+            for r in contexts.iter_rows(named=True)}
+
+
+def read_decisions(rows: pl.DataFrame, truths: dict[str, GroundTruth]) -> list[Decision]:
+    """The decision points of a split's trajectories whose window has ground truth, in (window, trajectory) order."""
+    decisions = []
+    for r in rows.sort("window_id", "trajectory_id").iter_rows(named=True):
+        if r["window_id"] in truths:
+            decisions += decision_points(r["window_id"], r["trajectory_id"], r["agent_id"], json.loads(r["messages"]))
+    return decisions
+
+
 def load_eval_set(dataset_path: Path, name: str) -> EvalSet:
-    eval_file, contexts_file = dataset_path / "eval.parquet", dataset_path / "contexts.parquet"
+    eval_file = dataset_path / "eval.parquet"
     if not eval_file.exists():
         raise ConfigError(f"dataset {name!r} not found at {dataset_path}: build it with python cli.py dataset build --name {name}")
-    rows = pl.read_parquet(eval_file, columns=["trajectory_id", "window_id", "agent_id", "messages"])
+    rows = pl.read_parquet(eval_file, columns=COLUMNS)
     if rows.is_empty():
         raise ConfigError(
             f"dataset {name!r} has no eval windows ({eval_file} is empty): rebuild it with a larger "
             f"--eval-fraction or more windows, e.g. python cli.py dataset build --name {name} --eval-fraction 0.2 --force"
         )
-    if not contexts_file.exists():
-        raise ConfigError(f"dataset {name!r} has no ground truth ({contexts_file} is missing): rebuild it with python cli.py dataset build --name {name} --force")
-    contexts = pl.read_parquet(contexts_file, columns=["window_id", "stocks_json", "prediction_markets_json"])
-    truths = {r["window_id"]: GroundTruth.from_json(r["window_id"], r["stocks_json"], r["prediction_markets_json"])
-              for r in contexts.iter_rows(named=True)}
-    decisions = []
-    for r in rows.sort("window_id", "trajectory_id").iter_rows(named=True):
-        if r["window_id"] in truths:
-            decisions += decision_points(r["window_id"], r["trajectory_id"], r["agent_id"], json.loads(r["messages"]))
+    truths = read_truths(dataset_path, name)
+    decisions = read_decisions(rows, truths)
     if not decisions:
         raise ConfigError(f"the eval windows of dataset {name!r} have no decision points (no assistant answers to action requests) with ground truth")
     return EvalSet(name, decisions, truths)
+
+
+def load_train_decisions(dataset_path: Path, truths: dict[str, GroundTruth]) -> list[Decision]:
+    """The decision points of the training windows (never the eval ones); empty without a train split."""
+    train_file = dataset_path / "train.parquet"
+    if not train_file.exists():
+        return []
+    return read_decisions(pl.read_parquet(train_file, columns=COLUMNS), truths)

@@ -40,6 +40,18 @@ class LoggedPolicy:
         return list(self.answers)
 
 
+@dataclass
+class ConstantPolicy:
+    """The same answer at every decision point (the best constant action, constant.py)."""
+
+    text: str
+    name: str
+
+    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+        on_done(len(prompts))
+        return [self.text] * len(prompts)
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """A resolved local model: a plain HF directory, or an adapter checkpoint on its base model."""

@@ -12,7 +12,8 @@ import csv
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -20,10 +21,11 @@ from typing import Callable
 import numpy as np
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.evaluate.actions import KINDS, parse_action
-from babylon_rl.evaluate.decisions import EvalSet, load_eval_set
+from babylon_rl.evaluate.actions import KINDS, Action, parse_action
+from babylon_rl.evaluate.constant import ConstantChoice, best_constant
+from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
 from babylon_rl.evaluate.policies import (
-    EndpointPolicy, LocalPolicy, LoggedPolicy, ModelRef, Policy, default_baseline, resolve_model,
+    ConstantPolicy, EndpointPolicy, LocalPolicy, LoggedPolicy, ModelRef, Policy, default_baseline, resolve_model,
 )
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
 from babylon_rl.evaluate.stats import DEFAULT_RESAMPLES, Interval, difference_interval, ratio_interval, resample_indices
@@ -31,7 +33,11 @@ from babylon_rl.settings import Home, mask_url
 
 METRICS = ("direction_accuracy", "pnl_per_decision", "valid_rate")
 CSV_COLUMNS = ["policy", "role", "model", "windows", "decisions"] + [
-    f"{m}{suffix}" for m in METRICS for suffix in ("", "_low", "_high")] + [f"share_{k}" for k in KINDS + ("invalid",)]
+    f"{m}{suffix}" for m in METRICS for suffix in ("", "_low", "_high")] + [f"share_{k}" for k in KINDS + ("invalid",)] + [
+    "top_answer", "top_answer_share"]
+# The references a trained model must beat outside the interval before the evaluation says it learnt:
+# the model it was trained from, and the best answer that ignores the observation (constant.py).
+LEARNING_REFERENCES = ("baseline", "constant")
 
 
 @dataclass(frozen=True)
@@ -51,17 +57,27 @@ class EvalOptions:
 @dataclass
 class PolicyResult:
     name: str
-    role: str  # logged | baseline | model
+    role: str  # logged | constant | baseline | model
     model: str
     outcomes: list[Outcome]
+    answers: list[str] = field(default_factory=list, repr=False)  # answer keys (`answer_key`), one per decision
     metrics: dict[str, Interval] = field(default_factory=dict)
     action_shares: dict[str, float] = field(default_factory=dict)
     failed_requests: int = 0
 
+    @property
+    def top_answer(self) -> tuple[str, float]:
+        """The most frequent answer (action and its ticker or market) and its share of the decisions."""
+        if not self.answers:
+            return "", 0.0
+        key, count = Counter(self.answers).most_common(1)[0]
+        return key, count / len(self.answers)
+
     def to_dict(self) -> dict:
+        top, share = self.top_answer
         return {"name": self.name, "role": self.role, "model": self.model, "decisions": len(self.outcomes),
                 "metrics": {k: v.to_dict() for k, v in self.metrics.items()}, "action_shares": self.action_shares,
-                "failed_requests": self.failed_requests}
+                "top_answer": top, "top_answer_share": share, "failed_requests": self.failed_requests}
 
 
 @dataclass
@@ -70,6 +86,7 @@ class EvalResult:
     eval_set: EvalSet
     policies: list[PolicyResult]
     comparison: dict
+    constant: ConstantChoice | None
     output_dir: Path
     run_dir: Path | None
     checkpoint_key: str | None
@@ -79,6 +96,11 @@ class EvalResult:
     def model_result(self) -> PolicyResult:
         return next(p for p in self.policies if p.role == "model")
 
+    @property
+    def learning_shown(self) -> bool:
+        """The trained model beats every learning reference outside the interval (all of them present)."""
+        return all(self.comparison.get(role, {}).get("beats_outside_interval", False) for role in LEARNING_REFERENCES)
+
     def to_dict(self) -> dict:
         o = self.options
         return {
@@ -87,16 +109,22 @@ class EvalResult:
             "windows": len(self.eval_set.windows), "decisions": len(self.eval_set.decisions),
             "threshold_pct": o.threshold_pct, "max_new_tokens": o.max_new_tokens,
             "bootstrap": {"resamples": o.resamples, "seed": o.seed, "unit": "window", "level": 0.95},
-            "policies": [p.to_dict() for p in self.policies], "comparison": self.comparison, "created_at": self.created_at,
+            "constant": asdict(self.constant) if self.constant else None,
+            "policies": [p.to_dict() for p in self.policies], "comparison": self.comparison,
+            "learning_shown": self.learning_shown, "created_at": self.created_at,
         }
 
 
 # -- the evaluation ---------------------------------------------------------------------
 def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> EvalResult:
-    """Score the logged agents, the baseline and the model on the dataset's eval windows."""
-    eval_set = load_eval_set(home.datasets / options.dataset, options.dataset)
+    """Score the logged agents, the best constant action, the baseline and the model on the dataset's eval windows."""
+    path = home.datasets / options.dataset
+    eval_set = load_eval_set(path, options.dataset)
+    constant = best_constant(load_train_decisions(path, eval_set.truths), eval_set.truths, options.threshold_pct)
     model_policy, ref = _model_policy(home, options)
     policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]
+    if constant:
+        policies.append(("constant", ConstantPolicy(constant.answer, f"best constant: {answer_key(parse_action(constant.answer))}")))
     baseline = _baseline_policy(home, options, ref)
     if baseline:
         policies.append(("baseline", baseline))
@@ -114,7 +142,7 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         _summarise(result, eval_set, indices)
     comparison = _compare(results, eval_set, indices)
     output_dir = _output_dir(home, options, ref)
-    return EvalResult(options, eval_set, results, comparison, output_dir, ref.run_dir if ref else None,
+    return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
                       ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -146,13 +174,22 @@ def _short(path: Path, home: Home) -> str:
         return str(path)
 
 
+def answer_key(action: Action | None) -> str:
+    """What an answer does, without its size: `buy EVRG`, `bet pm-...`, `hold` or `invalid`."""
+    if action is None:
+        return "invalid"
+    return " ".join(x for x in (action.kind, action.ticker or action.market) if x)
+
+
 def _score(role: str, policy: Policy, answers: list[str], eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
+    actions = [parse_action(answer) for answer in answers]
     outcomes = [
-        score_action(parse_action(answer), read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct)
-        for d, answer in zip(eval_set.decisions, answers)
+        score_action(action, read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct)
+        for d, action in zip(eval_set.decisions, actions)
     ]
-    model = getattr(policy, "model", None) or str(getattr(getattr(policy, "ref", None), "path", "logged"))
-    return PolicyResult(policy.name, role, model, outcomes, failed_requests=getattr(policy, "failures", 0))
+    model = getattr(policy, "model", None) or getattr(policy, "text", None) or str(getattr(getattr(policy, "ref", None), "path", "logged"))
+    return PolicyResult(policy.name, role, model, outcomes, [answer_key(a) for a in actions],
+                        failed_requests=getattr(policy, "failures", 0))
 
 
 # -- statistics -------------------------------------------------------------------------
@@ -217,6 +254,7 @@ def write_outputs(result: EvalResult) -> tuple[Path, Path]:
         for m, interval in p.metrics.items():
             row |= {m: round(interval.value, 6), f"{m}_low": round(interval.low, 6), f"{m}_high": round(interval.high, 6)}
         row |= {f"share_{k}": round(v, 6) for k, v in p.action_shares.items()}
+        row |= {"top_answer": p.top_answer[0], "top_answer_share": round(p.top_answer[1], 6)}
         rows.append(row)
     tmp = csv_path.with_name(".eval.csv.tmp")
     with tmp.open("w", newline="") as handle:
@@ -239,6 +277,7 @@ def summary_metrics(result: EvalResult) -> dict:
     for role, diff in result.comparison.items():
         flat[f"model_vs_{role}/direction_accuracy_diff"] = diff["direction_accuracy_diff"]["value"]
         flat[f"model_vs_{role}/beats_outside_interval"] = diff["beats_outside_interval"]
+    flat["learning_shown"] = result.learning_shown
     return flat
 
 

@@ -1,0 +1,49 @@
+"""The best constant action: the strongest answer that ignores the observation, chosen on the TRAIN windows.
+
+A model that learnt one fixed answer ("buy EVRG" at every decision) is right whenever that
+stock ends up; beating a warm-started model that always holds proves nothing about reading
+the market. So every evaluation also scores the best constant answer: each candidate (hold;
+buy T and sell T for every ticker of the training windows' ground truth, `CONSTANT_SHARES`
+shares) answers every decision point of the training windows; the highest direction accuracy
+wins (ties: the earlier candidate in that order). It is chosen without looking at the eval
+windows, then answers the eval decision points like any other policy. A model that beats it
+outside the interval must condition its answers on what it sees.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.decisions import Decision
+from babylon_rl.evaluate.scoring import GroundTruth, read_observation, score_action
+
+CONSTANT_SHARES = 10  # direction accuracy does not depend on it; P&L per decision does
+
+
+@dataclass(frozen=True)
+class ConstantChoice:
+    answer: str  # the JSON action it gives at every decision point
+    train_accuracy: float
+    train_decisions: int
+
+
+def candidates(truths: dict[str, GroundTruth]) -> list[str]:
+    tickers = sorted({t for truth in truths.values() for t in truth.stocks})
+    trades = [json.dumps({"action": kind, "ticker": t, "shares": CONSTANT_SHARES}) for kind in ("buy", "sell") for t in tickers]
+    return [json.dumps({"action": "hold"})] + trades
+
+
+def best_constant(decisions: list[Decision], truths: dict[str, GroundTruth], threshold_pct: float) -> ConstantChoice | None:
+    """The candidate with the best direction accuracy on these (training) decisions; None without any."""
+    if not decisions:
+        return None
+    observations = [(read_observation(d.observation), truths[d.window_id]) for d in decisions]
+    best: ConstantChoice | None = None
+    for answer in candidates({d.window_id: truths[d.window_id] for d in decisions}):
+        action = parse_action(answer)
+        correct = sum(score_action(action, obs, truth, threshold_pct).correct for obs, truth in observations)
+        if best is None or correct / len(decisions) > best.train_accuracy:
+            best = ConstantChoice(answer, correct / len(decisions), len(decisions))
+    return best
