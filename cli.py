@@ -382,6 +382,11 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--lora-r", type=click.IntRange(min=0), default=8, show_default=True, help="LoRA rank; 0 trains the whole model (what the quickstart does for the tiny model).")
 @click.option("--inner-epochs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Updates per batch (PPO-style; the clipped ratio matters from the second).")
+@click.option("--objective", type=click.Choice(["grpo", "awr"]), default="grpo", show_default=True,
+              help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
+                   "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers.")
+@click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="AWR temperature: smaller trusts the judge more.")
 @click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")
 @click.option("--judge", type=click.Choice(["heuristic", "ruler", "art-ruler"]), default="heuristic", show_default=True,
               help="Judge used to score the dataset first when it has no scores.parquet yet (see `score`).")

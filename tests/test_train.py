@@ -97,11 +97,12 @@ def test_train_torch_writes_artefacts_and_game_rows(template, home, run_cli, mig
     assert _query(migrated_pg_url, "SELECT count(*) FROM trained_models")[0][0] == 1
 
 
-def test_high_scored_answers_gain_log_probability(template, home):
+@pytest.mark.parametrize("objective", ["grpo", "awr"])
+def test_high_scored_answers_gain_log_probability(template, home, objective):
     h = install(template, home)
     data = load_scored_dataset(h, "ds")
     spread = [g for g in data.train if g.has_spread]
-    trainer = TorchTrainer(str(h.models / "tiny"), TorchOptions(learning_rate=2e-3, seed=0))
+    trainer = TorchTrainer(str(h.models / "tiny"), TorchOptions(learning_rate=2e-3, seed=0, objective=objective))
 
     def margin() -> float:
         best = [max(g.samples, key=lambda s: s.reward).messages for g in spread]
@@ -116,6 +117,31 @@ def test_high_scored_answers_gain_log_probability(template, home):
     # the best-scored answers gain log-probability relative to the worst at every step
     assert all(b > a for a, b in zip([before, *margins], margins)), (before, margins)
     assert margins[-1] - before > 0.001, (before, margins)
+
+
+def test_answer_logprobs_match_the_full_vocabulary_projection(template, home):
+    """The trainer projects only the answer positions onto the vocabulary; the numbers must not change."""
+    import torch
+
+    h = install(template, home)
+    trainer = TorchTrainer(str(h.models / "tiny"), TorchOptions())
+    samples = [s for g in load_scored_dataset(h, "ds").train[:2] for s in g.samples]
+    ids, attention, mask = trainer._batch([e for s in samples for e in trainer.encode_sample(s)])
+    with torch.no_grad():
+        full = trainer.model(input_ids=ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
+        expected = full.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)[mask.bool()]
+        got = trainer._token_logprobs(ids, attention, mask)
+    assert got.shape == expected.shape and int(mask.sum()) == got.numel() > 0
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_awr_weights_favour_high_advantages_and_are_capped(template, home):
+    h = install(template, home)
+    trainer = TorchTrainer(str(h.models / "tiny"), TorchOptions(objective="awr", awr_beta=0.5, awr_max_weight=5.0))
+    weights = trainer.awr_weights([-1.0, 0.0, 1.0, 3.0])
+    assert abs(sum(weights) / len(weights) - 1.0) < 1e-9  # mean 1: the learning rate keeps its SFT meaning
+    assert weights[0] < weights[1] < weights[2] <= weights[3]
+    assert weights[3] / weights[1] == pytest.approx(5.0)  # exp(3 / 0.5) capped at 5 (weights[1] = exp(0) = 1 before scaling)
 
 
 def test_interrupt_then_resume_ends_like_an_uninterrupted_run(template, home, run_cli, migrated_pg_url):

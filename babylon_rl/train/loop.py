@@ -44,6 +44,8 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(8, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
+    objective: Literal["grpo", "awr"] = "grpo"
+    awr_beta: float = Field(1.0, gt=0)
 
     @property
     def name(self) -> str:
@@ -77,7 +79,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
 
         return TorchTrainer(base_model, TorchOptions(
             learning_rate=config.learning_rate, kl_coef=config.kl_coef, clip_eps=config.clip_eps,
-            lora_r=config.lora_r, inner_epochs=config.inner_epochs, seed=config.seed))
+            lora_r=config.lora_r, inner_epochs=config.inner_epochs, seed=config.seed,
+            objective=config.objective, awr_beta=config.awr_beta))
     from babylon_rl.train.art_backend import ArtOptions, ArtTrainer
 
     return ArtTrainer(config.backend, base_model, config.name, run.root,

@@ -56,3 +56,16 @@ def set_threads(model) -> None:
         torch.set_num_threads(int(wanted))
     elif sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMETERS:
         torch.set_num_threads(1)
+
+
+def answer_logits(model, ids, attention, answer_mask):
+    """Next-token logits at the positions that predict an answer token, and those tokens, flat in row order.
+
+    `answer_mask` marks the predicted tokens (`ids[:, 1:]`). The vocabulary projection runs on
+    those positions alone, a few percent of a prompt's tokens: with a large vocabulary it is most
+    of a training step's time and memory. `model` may be a PEFT model (its LoRA layers apply).
+    """
+    causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = causal.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+    answer = answer_mask.bool()
+    return causal.get_output_embeddings()(hidden[answer]).float(), ids[:, 1:][answer]

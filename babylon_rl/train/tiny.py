@@ -19,7 +19,7 @@ from pathlib import Path
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 from babylon_rl.train.data import dataset_texts, encode_chunks
-from babylon_rl.train.models import set_threads
+from babylon_rl.train.models import answer_logits, set_threads
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -139,8 +139,8 @@ def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec
         ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in batch])
         mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in batch])
         attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in batch])
-        labels = ids.masked_fill(mask == 0, -100)
-        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        logits, targets = answer_logits(model, ids, attention, mask[:, 1:])
+        loss = torch.nn.functional.cross_entropy(logits, targets)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

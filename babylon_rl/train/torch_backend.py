@@ -31,7 +31,7 @@ import numpy as np
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.train.data import Encoded, Group, encode_chunks
-from babylon_rl.train.models import load_causal_lm
+from babylon_rl.train.models import answer_logits, load_causal_lm
 
 ADAPTER_FILE = "adapter_model.safetensors"
 FULL_MODEL_FILE = "model.safetensors"  # lora_r = 0: the whole model is the checkpoint
@@ -54,6 +54,9 @@ class TorchOptions:
     max_length: int = 2048
     max_grad_norm: float = 1.0
     seed: int = 0
+    objective: str = "grpo"  # grpo | awr
+    awr_beta: float = 1.0
+    awr_max_weight: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,17 @@ class TorchTrainer:
     def full(self) -> bool:
         return self.options.lora_r == 0
 
-    def _token_logprobs(self, ids, attention, model=None):
-        logits = (model or self.model)(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-        return logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    def _token_logprobs(self, ids, attention, mask, model=None):
+        """Log-probabilities of the answer tokens only, flat in row order (`answer_logits`)."""
+        logits, targets = answer_logits(model or self.model, ids, attention, mask)
+        return logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    def _per_sequence(values, mask):
+        """Mean over each row's answer tokens of a flat per-answer-token tensor (from `_token_logprobs`)."""
+        rows = mask.bool().nonzero(as_tuple=True)[0]
+        sums = values.new_zeros(mask.shape[0]).index_add(0, rows, values)
+        return sums / mask.sum(1).clamp(min=1)
 
     def sequence_logprobs(self, conversations: list[list[dict]]) -> list[float]:
         """Mean log-probability per assistant token of each conversation under the current policy."""
@@ -159,8 +170,9 @@ class TorchTrainer:
             for start in range(0, len(chunks), self.options.micro_batch):
                 part = chunks[start : start + self.options.micro_batch]
                 ids, attention, mask = self._batch([e for _, e in part])
-                logp = self._token_logprobs(ids, attention)
-                for (index, _), total, count in zip(part, (logp * mask).sum(1).tolist(), mask.sum(1).tolist()):
+                logp = self._token_logprobs(ids, attention, mask)
+                totals = self._per_sequence(logp, mask) * mask.sum(1)
+                for (index, _), total, count in zip(part, totals.tolist(), mask.sum(1).tolist()):
                     sums[index] += total
                     counts[index] += count
         return [s / max(c, 1.0) for s, c in zip(sums, counts)]
@@ -171,6 +183,8 @@ class TorchTrainer:
 
         started = time.monotonic()
         pairs = [(self.encode_sample(s), a) for g in groups for s, a in zip(g.samples, g.advantages())]
+        if self.options.objective == "awr":
+            pairs = list(zip([c for c, _ in pairs], self.awr_weights([a for _, a in pairs])))
         items = [_Item(e, a, 1.0 / (len(chunks) * len(pairs))) for chunks, a in pairs for e in chunks]
         items.sort(key=lambda it: len(it.encoded.input_ids))  # similar lengths share a micro-batch: little padding
         chunks = [items[i : i + self.options.micro_batch] for i in range(0, len(items), self.options.micro_batch)]
@@ -195,20 +209,25 @@ class TorchTrainer:
         trained = sum(sum(it.encoded.assistant_mask) for it in items)
         return StepStats(total_loss, total_kl, grad_norm, tokens, trained, time.monotonic() - started)
 
+    def awr_weights(self, advantages: list[float]) -> list[float]:
+        """exp(A / beta), capped, scaled to mean 1 over the step (so the learning rate means what it does in SFT)."""
+        weights = np.minimum(np.exp(np.asarray(advantages) / self.options.awr_beta), self.options.awr_max_weight)
+        return list(weights / weights.mean())
+
     def _reference_logprobs(self, tensors):
         """Old-policy log-probs (for the ratio; None = this epoch's detached values) and base-model ones for KL."""
         import torch
 
         old, ref = [], []
         with torch.no_grad():
-            for ids, attention, _ in tensors:
-                old.append(self._token_logprobs(ids, attention) if self.options.inner_epochs > 1 else None)
+            for ids, attention, mask in tensors:
+                old.append(self._token_logprobs(ids, attention, mask) if self.options.inner_epochs > 1 else None)
                 if self.options.kl_coef > 0:
                     if self.full:
-                        ref.append(self._token_logprobs(ids, attention, self.reference))
+                        ref.append(self._token_logprobs(ids, attention, mask, self.reference))
                     else:
                         with self.model.disable_adapter():
-                            ref.append(self._token_logprobs(ids, attention))
+                            ref.append(self._token_logprobs(ids, attention, mask))
                 else:
                     ref.append(None)
         return old, ref
@@ -216,19 +235,22 @@ class TorchTrainer:
     def _loss(self, ids, attention, mask, adv, weight, old_lp, ref_lp):
         import torch
 
-        logp = self._token_logprobs(ids, attention)
-        old_lp = logp.detach() if old_lp is None else old_lp
-        ratio = torch.exp(logp - old_lp)
-        eps = self.options.clip_eps
-        per_token = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+        logp = self._token_logprobs(ids, attention, mask)
+        adv = adv.squeeze(1)[mask.bool().nonzero(as_tuple=True)[0]]  # each answer token gets its row's advantage
+        if self.options.objective == "awr":
+            per_token = -adv * logp  # adv holds the AWR weight here (train_step)
+        else:
+            old_lp = logp.detach() if old_lp is None else old_lp
+            ratio = torch.exp(logp - old_lp)
+            eps = self.options.clip_eps
+            per_token = -torch.min(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
         kl_value = 0.0
         if ref_lp is not None:
             delta = ref_lp - logp
             kl = torch.exp(delta) - delta - 1
             per_token = per_token + self.options.kl_coef * kl
-            kl_value = float((((kl.detach() * mask).sum(1) / mask.sum(1).clamp(min=1)) * weight).sum())
-        per_seq = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
-        return (per_seq * weight).sum(), kl_value
+            kl_value = float((self._per_sequence(kl.detach(), mask) * weight).sum())
+        return (self._per_sequence(per_token, mask) * weight).sum(), kl_value
 
     # -- eval ---------------------------------------------------------------------------
     def evaluate(self, groups: list[Group]) -> dict[str, float]:
