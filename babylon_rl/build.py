@@ -50,12 +50,40 @@ class BuildResult:
 
 
 def sqlmesh_context(home: Home, gateway: str | None = None):
-    """A SQLMesh Context over the repo's project, with the warehouse under `home`."""
+    """A SQLMesh Context over the repo's project, with the warehouse under `home`.
+
+    Its console is SQLMesh's silent one, except that it keeps the errors of failed models
+    (`failed_models`), so that a failed build can name the model and the engine's error.
+    """
     from sqlmesh import Context
+    from sqlmesh.core.console import NoopConsole
+
+    class FailureRecorder(NoopConsole):
+        def __init__(self) -> None:
+            super().__init__()
+            self.failures: list = []
+
+        def log_failed_models(self, errors) -> None:
+            self.failures.extend(errors)
 
     home.ensure().export_env()
     logging.getLogger("sqlmesh").setLevel(logging.WARNING)
-    return Context(paths=[PROJECT_ROOT], gateway=gateway)
+    context = Context(paths=[PROJECT_ROOT], gateway=gateway)
+    context.console = FailureRecorder()
+    return context
+
+
+def describe_failures(context) -> str | None:
+    """The first failed model of the context's last plan and the engine's error, in one line."""
+    failures = getattr(context.console, "failures", None)
+    if not failures:
+        return None
+    first = failures[0]
+    name = getattr(first.node, "snapshot_name", None) or getattr(first.node, "name", None) or str(first.node)
+    cause = first.__cause__ or first
+    message = " ".join(str(cause).split())
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return f"model {name.replace(chr(34), '')} failed{more}: {type(cause).__name__}: {message[:300]}"
 
 
 def _read_dirty(home: Home) -> list[datetime]:
@@ -140,8 +168,8 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tu
         return plan_prod(context, dirty, window_hours, data_days)
     except SQLMeshError as exc:
         raise WarehouseError(
-            f"the SQLMesh build failed ({exc}); the marts keep their previous version; "
-            "`sqlmesh plan` from the repository root shows the failing model and its error"
+            f"the SQLMesh build failed ({describe_failures(context) or exc}); the marts keep their previous version; "
+            "fix the model, or run `sqlmesh plan` from the repository root for the full error"
         ) from None
     finally:
         context.close()

@@ -151,3 +151,28 @@ def test_build_without_anything_to_build_says_what_to_do(run_cli) -> None:
     result = run_cli("build")
     assert result.exit_code == 2
     assert "simulate --target duckdb" in result.output
+
+
+def test_a_failing_model_is_named_with_the_engine_error(run_cli, home: Path, tmp_path: Path, monkeypatch) -> None:
+    """A model that fails at run time: the build says which one and what DuckDB said, in one line."""
+    import shutil
+
+    from babylon_rl import build
+    from babylon_rl.settings import PROJECT_ROOT
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("config.yaml", "external_models.yaml", "models", "macros", "audits"):
+        source = PROJECT_ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, project / name)
+    windows = project / "models" / "marts" / "windows.sql"
+    sql = windows.read_text()
+    windows.write_text(sql.replace("WHERE c.window_start BETWEEN", "WHERE error('boom: a broken model') IS NULL AND c.window_start BETWEEN"))
+    monkeypatch.setattr(build, "PROJECT_ROOT", project)
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--target", "duckdb").exit_code == 0
+
+    result = run_cli("build")
+    assert result.exit_code == 2
+    message = result.output.strip().splitlines()[-1]
+    assert "babylon.windows failed" in message and "boom: a broken model" in message, message
+    assert "Traceback" not in result.output
