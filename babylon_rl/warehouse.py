@@ -18,9 +18,15 @@ from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import Home
 
 # Settings applied to every connection: no network, bounded memory for a small machine.
+# The toolkit's own warehouse connections (simulate, snapshot, the build's bookkeeping, export)
+# get the memory limit SQLMesh's connection has in config.yaml: without it, the first
+# connection after a 100k-trajectory build took the process from 0.7 to 3.1 GB
+# (docs/BENCHMARKS.md, "Model build").
+MEMORY_LIMIT = "1GB"
 OFFLINE_CONFIG = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
+    "memory_limit": MEMORY_LIMIT,
 }
 
 

@@ -176,3 +176,21 @@ def test_a_failing_model_is_named_with_the_engine_error(run_cli, home: Path, tmp
     message = result.output.strip().splitlines()[-1]
     assert "babylon.windows failed" in message and "boom: a broken model" in message, message
     assert "Traceback" not in result.output
+
+
+def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
+    """The toolkit's own warehouse connections get config.yaml's DuckDB memory limit, not DuckDB's 80 % of RAM."""
+    import yaml
+
+    from babylon_rl import warehouse
+    from babylon_rl.settings import Home, PROJECT_ROOT
+
+    config = yaml.safe_load((PROJECT_ROOT / "config.yaml").read_text())
+    configured = config["gateways"]["duckdb"]["connection"]["connector_config"]["memory_limit"]
+    with duckdb.connect(config={"memory_limit": configured}) as reference:
+        expected = reference.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    conn = warehouse.connect(Home(tmp_path))
+    try:
+        assert conn.execute("SELECT current_setting('memory_limit')").fetchone()[0] == expected
+    finally:
+        conn.close()
