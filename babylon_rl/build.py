@@ -53,7 +53,7 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
     """A SQLMesh Context over the repo's project, with the warehouse under `home`.
 
     Its console is SQLMesh's silent one, except that it keeps the errors of failed models
-    (`failed_models`), so that a failed build can name the model and the engine's error.
+    (`failures`), so that a failed build can name the model and the engine's error (`describe_failures`).
     """
     from sqlmesh import Context
     from sqlmesh.core.console import NoopConsole

@@ -14,6 +14,10 @@ losses are averaged per trajectory (only assistant tokens, from the chat templat
 generation masks), then over the step's trajectories. A conversation longer than the
 model's context is trained as chunks (`encode_chunks`: system prompt + consecutive
 exchanges); its chunks share its advantage and its weight.
+
+`objective="awr"` replaces the clipped term by advantage-weighted regression for logged
+(off-policy) answers: loss_t = -w_i * logp_t with w_i = exp(A_i / beta), capped and scaled to
+mean 1 over the step. Only answer positions are projected onto the vocabulary (`answer_logits`).
 """
 
 from __future__ import annotations
