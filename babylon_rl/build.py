@@ -83,7 +83,8 @@ def describe_failures(context) -> str | None:
     cause = first.__cause__ or first
     message = " ".join(str(cause).split())
     more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-    return f"model {name.replace(chr(34), '')} failed{more}: {type(cause).__name__}: {message[:300]}"
+    name = name.replace('"', "")  # SQLMesh quotes the parts of a snapshot name
+    return f"model {name} failed{more}: {type(cause).__name__}: {message[:300]}"
 
 
 def _read_dirty(home: Home) -> list[datetime]:

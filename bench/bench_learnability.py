@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import time
 from collections import defaultdict
@@ -88,35 +87,20 @@ def accuracy(decisions: list[Decision], answers: list[str], truths: dict[str, Gr
 
 def supervise(policy: LocalPolicy, train: list[Decision], rule: Callable[[Decision], str], steps: int, batch: int,
               lr: float, report: Callable[[int, float], None], every: int) -> None:
-    """Fine-tune on the rule's answers to the training prompts (answer tokens only), reporting every `every` steps."""
-    import torch
-
+    """Fine-tune on the rule's answers to the training prompts (the warm start's loop), reporting every `every` steps."""
     from babylon_rl.train.data import encode_chunks, fit_context
-    from babylon_rl.train.models import answer_logits
+    from babylon_rl.train.tiny import supervised_fine_tune
 
-    model, tokenizer = policy._model, policy._tokenizer
-    budget = policy.context_budget
+    tokenizer, budget = policy._tokenizer, policy.context_budget
     examples = [e for d in train for e in encode_chunks(
         tokenizer, fit_context(tokenizer, list(d.prompt), budget) + [{"role": "assistant", "content": rule(d)}], budget + policy.max_new_tokens)]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    rng = random.Random(0)
-    pad = tokenizer.pad_token_id
-    for step in range(1, steps + 1):
-        model.train()
-        chosen = rng.sample(examples, min(batch, len(examples)))
-        width = max(len(e.input_ids) for e in chosen)
-        ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in chosen])
-        attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in chosen])
-        mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in chosen])
-        logits, targets = answer_logits(model, ids, attention, mask[:, 1:])
-        loss = torch.nn.functional.cross_entropy(logits, targets)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+
+    def on_step(step: int, loss: float) -> None:
         if step % every == 0 or step == steps:
-            model.eval()
-            report(step, float(loss.detach()))
+            policy._model.eval()
+            report(step, loss)
+
+    supervised_fine_tune(policy._model, tokenizer, examples, steps, lr, batch, seed=0, on_step=on_step)
 
 
 def main() -> None:

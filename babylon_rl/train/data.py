@@ -171,6 +171,17 @@ class Encoded:
     assistant_mask: list[int]  # 1 on the tokens of the agent's answers (the chat template's generation spans)
 
 
+def pad_encoded(encoded: list[Encoded], pad_id: int):
+    """Right-padded tensors of a batch: token ids, attention mask, answer mask (all [batch, longest])."""
+    import torch
+
+    width = max(len(e.input_ids) for e in encoded)
+    ids = torch.tensor([e.input_ids + [pad_id] * (width - len(e.input_ids)) for e in encoded])
+    attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in encoded])
+    answer = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in encoded])
+    return ids, attention, answer
+
+
 def encode_conversation(tokenizer, messages: list[dict], max_length: int) -> Encoded:
     """Token ids of the whole chat and a mask of the assistant answers, from `{% generation %}` tags.
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
-from babylon_rl.train.data import dataset_texts, encode_chunks
+from babylon_rl.train.data import dataset_texts, encode_chunks, pad_encoded
 from babylon_rl.train.models import answer_logits, set_threads
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -123,22 +123,20 @@ def build_model(tokenizer, spec: TinySpec):
     return Qwen2ForCausalLM(config)
 
 
-def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec, on_step=None) -> float:
-    """Supervised fine-tuning on the assistant tokens only; returns the last loss."""
+def supervised_fine_tune(model, tokenizer, examples: list, steps: int, lr: float, batch_size: int, seed: int,
+                         on_step=None) -> float:
+    """`steps` AdamW steps on random batches of encoded examples, loss on the answer tokens only; returns the last loss.
+
+    `on_step(step, loss)` is called after every step (the model is back in train mode at the next one).
+    """
     import torch
 
-    encoded = [e for c in conversations for e in encode_chunks(tokenizer, c, spec.max_length)]
-    rng = random.Random(spec.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr, weight_decay=0.0)
-    model.train()
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     loss_value = float("nan")
-    for step in range(spec.warmup_steps):
-        batch = rng.sample(encoded, min(spec.batch_size, len(encoded)))
-        width = max(len(e.input_ids) for e in batch)
-        pad = tokenizer.pad_token_id
-        ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in batch])
-        mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in batch])
-        attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in batch])
+    for step in range(steps):
+        model.train()
+        ids, attention, mask = pad_encoded(rng.sample(examples, min(batch_size, len(examples))), tokenizer.pad_token_id)
         logits, targets = answer_logits(model, ids, attention, mask[:, 1:])
         loss = torch.nn.functional.cross_entropy(logits, targets)
         optimizer.zero_grad()
@@ -150,6 +148,12 @@ def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec
             on_step(step + 1, loss_value)
     model.eval()
     return loss_value
+
+
+def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec, on_step=None) -> float:
+    """Supervised fine-tuning on the logged assistant answers; returns the last loss."""
+    encoded = [e for c in conversations for e in encode_chunks(tokenizer, c, spec.max_length)]
+    return supervised_fine_tune(model, tokenizer, encoded, spec.warmup_steps, spec.warmup_lr, spec.batch_size, spec.seed, on_step)
 
 
 def _validate_name(name: str) -> None:

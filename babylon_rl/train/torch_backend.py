@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.train.data import Encoded, Group, encode_chunks
+from babylon_rl.train.data import Encoded, Group, encode_chunks, pad_encoded
 from babylon_rl.train.models import answer_logits, load_causal_lm
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -138,13 +138,7 @@ class TorchTrainer:
         return chunks
 
     def _batch(self, encoded: list[Encoded]):
-        import torch
-
-        width = max(len(e.input_ids) for e in encoded)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([e.input_ids + [pad] * (width - len(e.input_ids)) for e in encoded])
-        attention = torch.tensor([[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in encoded])
-        mask = torch.tensor([e.assistant_mask + [0] * (width - len(e.assistant_mask)) for e in encoded])
+        ids, attention, mask = pad_encoded(encoded, self.tokenizer.pad_token_id)
         return ids, attention, mask[:, 1:].float()
 
     @property
