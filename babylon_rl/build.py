@@ -41,10 +41,20 @@ ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
 
 
 @dataclass
+class ProdUpdate:
+    """What applying the models to prod did."""
+
+    models_changed: bool  # prod did not hold the project's models: a plan applied them
+    restate_range: tuple[datetime, datetime] | None  # the range recomputed, None when nothing was
+    versions: dict[str, tuple[str, str]]  # model name -> (fingerprint, table version) now in prod
+
+
+@dataclass
 class BuildResult:
     snapshot: SnapshotResult | None
     restated_windows: int
     restate_range: tuple[datetime, datetime] | None
+    models_changed: bool = False
     models: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -117,6 +127,15 @@ def _incremental_models(context) -> list[str]:
     return sorted(model.fqn for model in context.models.values() if model.kind.is_incremental)
 
 
+def _prod_is_current(context) -> bool:
+    """True when prod already holds exactly the project's models (same fingerprints): no plan needed to apply them."""
+    env = context.state_reader.get_environment("prod")
+    if env is None:
+        return False
+    in_prod = {s.name: s.fingerprint for s in env.snapshots}
+    return in_prod == {s.name: s.fingerprint for s in context.snapshots.values()}
+
+
 def _model_versions(context) -> dict[str, tuple[str, str]]:
     env = context.state_reader.get_environment("prod")
     if env is None:
@@ -152,14 +171,15 @@ def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
     return first, datetime(newest.year, newest.month, newest.day) + timedelta(days=1)
 
 
-def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tuple[tuple[datetime, datetime] | None, dict]:
+def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> ProdUpdate:
     """Apply the models to prod, computing only windows that have data, then restate the dirty ones.
 
     SQLMesh would backfill every interval from the models' configured start, batch by
     batch, although the game's data begins later. So the plan records missing intervals as
     processed without computing them (`empty_backfill`), and the toolkit restates what
     holds data: every day with data when a model version is new (the
-    first build, or a changed model), otherwise the windows whose raw rows changed.
+    first build, or a changed model), otherwise the windows whose raw rows changed. With
+    the models unchanged and nothing dirty, no plan is made at all.
     """
     from sqlmesh.utils.errors import SQLMeshError
 
@@ -177,12 +197,15 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> tu
 
 
 def plan_prod(context, dirty: list[datetime], window_hours: int,
-              data_days: tuple[datetime, datetime] | None, **plan_options) -> tuple[tuple[datetime, datetime] | None, dict]:
+              data_days: tuple[datetime, datetime] | None, **plan_options) -> ProdUpdate:
     """Apply prod on any gateway: missing intervals recorded empty, then the days with data (or the dirty windows) restated."""
     # The models' YAML unit tests are for `sqlmesh test` and CI; run in every build they cost seconds.
     plan_options = {"auto_apply": True, "no_prompts": True, "skip_tests": True, **plan_options}
     before = _model_versions(context)
-    context.plan("prod", empty_backfill=True, **plan_options)
+    # A plan costs seconds even when it changes nothing: only plan when prod lacks the project's models.
+    models_changed = not _prod_is_current(context)
+    if models_changed:
+        context.plan("prod", empty_backfill=True, **plan_options)
     after = _model_versions(context)
     restate = None
     if data_days is not None:
@@ -201,9 +224,10 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
             end=min(end, _plan_horizon()),
             **plan_options,
         )
-    # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
-    context.run_janitor(ignore_ttl=True)
-    return restate, after
+    if models_changed:
+        # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
+        context.run_janitor(ignore_ttl=True)
+    return ProdUpdate(models_changed, restate, after)
 
 
 def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
@@ -249,13 +273,14 @@ def run_build(
             )
         marked_before = _utcnow()
         dirty = _read_dirty(home)
-        restate, versions = apply_models(home, dirty)
-        _clear_dirty(home, marked_before, versions)
+        update = apply_models(home, dirty)
+        _clear_dirty(home, marked_before, update.versions)
         publish_marts(home)
     return BuildResult(
         snapshot=snapshot,
         restated_windows=len(dirty),
-        restate_range=restate,
-        models={name: version for name, (_, version) in versions.items()},
+        restate_range=update.restate_range,
+        models_changed=update.models_changed,
+        models={name: version for name, (_, version) in update.versions.items()},
         seconds=time.monotonic() - started,
     )

@@ -91,12 +91,17 @@ class BabylonContext:
         )
         if result.snapshot:
             self._print_snapshot(result.snapshot)
+        if result.models_changed:
+            self.console.print("applied the project's models to prod")
         if result.restate_range:
             start, end = result.restate_range
             self.console.print(f"restated {result.restated_windows} changed window(s) between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
-        self.console.print(
-            f"built {len(result.models)} models in {result.seconds:.1f}s; marts published to {self.home.exports}"
-        )
+        if result.models_changed or result.restate_range:
+            self.console.print(
+                f"built {len(result.models)} models in {result.seconds:.1f}s; marts published to {self.home.exports}"
+            )
+        else:
+            self.console.print(f"nothing to compute: the models are unchanged and no rows are new ({result.seconds:.1f}s)")
         return result
 
     def export(self, include_samples: bool = False) -> list[str]:

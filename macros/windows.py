@@ -64,7 +64,9 @@ def trajectories_in_range(evaluator):
     while scanning (a condition on a computed window start, or an OR of two columns, makes it
     read every row's stepsJson for every batch): a valid windowId sorts like the time it
     names, so windows named in the range have windowId between the range's ids; a window
-    taken from startTime starts at most a day before it.
+    taken from startTime starts at most a day before it. The second branch finds its rows on
+    the small columns first and joins them back by id: filtered together with the window
+    computed from two columns, DuckDB would read the stepsJson of every row in the range.
     """
     raw = f"{evaluator.var('raw_schema', 'raw')}.trajectories"
     # the other macros are called as functions: a macro's serialized code only carries what it calls
@@ -79,10 +81,16 @@ def trajectories_in_range(evaluator):
       WHERE "windowId" BETWEEN {first_id} AND {last_id}
         AND {named} BETWEEN @start_ts AND @end_ts
       UNION ALL
-      SELECT *, {timed} AS window_start
-      FROM {raw}
-      WHERE "startTime" >= CAST(@start_ts AS TIMESTAMP) AND "startTime" < CAST(@end_ts AS TIMESTAMP) + INTERVAL 1 DAY
-        AND {named} IS NULL
-        AND {timed} BETWEEN @start_ts AND @end_ts
+      SELECT r.*, k.window_start
+      FROM {raw} AS r
+      JOIN (
+        SELECT "id" AS key_id, {timed} AS window_start
+        FROM {raw}
+        WHERE "startTime" >= CAST(@start_ts AS TIMESTAMP) AND "startTime" < CAST(@end_ts AS TIMESTAMP) + INTERVAL 1 DAY
+          AND {named} IS NULL
+      ) AS k
+        ON k.key_id = r."id"
+      WHERE r."startTime" >= CAST(@start_ts AS TIMESTAMP) AND r."startTime" < CAST(@end_ts AS TIMESTAMP) + INTERVAL 1 DAY
+        AND k.window_start BETWEEN @start_ts AND @end_ts
     )"""
     return evaluator.transform(evaluator.parse_one(sql))

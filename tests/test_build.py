@@ -84,10 +84,13 @@ def test_second_build_copies_nothing_and_one_more_window_adds_exactly_it(run_cli
     assert again.exit_code == 0, again.output
     copied = _warehouse(home, "SELECT tables_json FROM meta.snapshots ORDER BY finished_at DESC LIMIT 1")[0][0]
     assert sum(table["rows_copied"] for table in json.loads(copied)) == 0
+    assert "nothing to compute" in again.output and "applied" not in again.output
 
     more = run_cli("--database-url", built, "simulate", "--agents", "8", "--windows", "1", "--seed", "1")
     assert more.exit_code == 0, more.output
-    assert run_cli("--database-url", built, "build").exit_code == 0
+    third = run_cli("--database-url", built, "build")
+    assert third.exit_code == 0, third.output
+    assert "restated" in third.output and "applied" not in third.output  # the new window only, no model plan
     after = {row[0] for row in _warehouse(home, "SELECT window_id FROM babylon.windows")}
     assert after - before == {"2025-01-15T06:00"}
     assert _warehouse(home, "SELECT agents FROM babylon.windows WHERE window_id = '2025-01-15T06:00'") == [(8,)]
