@@ -47,6 +47,7 @@ class ProdUpdate:
     models_changed: bool  # prod did not hold the project's models: a plan applied them
     restate_range: tuple[datetime, datetime] | None  # the range recomputed, None when nothing was
     versions: dict[str, tuple[str, str]]  # model name -> (fingerprint, table version) now in prod
+    built_until: datetime  # SQLMesh builds nothing past now: windows starting later wait for a later build
 
 
 @dataclass
@@ -55,6 +56,7 @@ class BuildResult:
     restated_windows: int
     restate_range: tuple[datetime, datetime] | None
     models_changed: bool = False
+    future_windows: int = 0  # changed windows that start after now, left for a later build
     models: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -108,17 +110,20 @@ def _read_dirty(home: Home) -> list[datetime]:
         conn.close()
 
 
-def _clear_dirty(home: Home, up_to: datetime, model_versions: dict[str, tuple[str, str]]) -> None:
+def _clear_dirty(home: Home, up_to: datetime, built_until: datetime, model_versions: dict[str, tuple[str, str]]) -> int:
+    """Forget the dirty windows this build computed; return how many are left (they start after `built_until`)."""
     conn = warehouse.connect(home)
     try:
         conn.execute("BEGIN TRANSACTION")
-        conn.execute("DELETE FROM meta.dirty_windows WHERE marked_at <= $t", {"t": up_to})
+        conn.execute("DELETE FROM meta.dirty_windows WHERE marked_at <= $t AND window_start < $until", {"t": up_to, "until": built_until})
+        left = conn.execute("SELECT count(*) FROM meta.dirty_windows").fetchone()[0]
         conn.execute("DELETE FROM meta.model_versions")
         conn.executemany(
             "INSERT INTO meta.model_versions VALUES (?, ?, ?, now()::TIMESTAMP)",
             [[name, fp, version] for name, (fp, version) in sorted(model_versions.items())],
         )
         conn.execute("COMMIT")
+        return left
     finally:
         conn.close()
 
@@ -207,6 +212,7 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
     if models_changed:
         context.plan("prod", empty_backfill=True, **plan_options)
     after = _model_versions(context)
+    horizon = _plan_horizon()
     restate = None
     if data_days is not None:
         if {name: v for name, (_, v) in before.items()} != {name: v for name, (_, v) in after.items()}:
@@ -215,19 +221,15 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
             restate = _restate_range(dirty, window_hours)
             if restate is not None and restate[0] == EPOCH:
                 restate = data_days
+    if restate is not None and restate[0] >= horizon:
+        restate = None  # every changed window starts in the future: SQLMesh cannot build it yet
     if restate is not None:
-        start, end = restate
-        context.plan(
-            "prod",
-            restate_models=_incremental_models(context),
-            start=start,
-            end=min(end, _plan_horizon()),
-            **plan_options,
-        )
+        restate = (restate[0], min(restate[1], horizon))
+        context.plan("prod", restate_models=_incremental_models(context), start=restate[0], end=restate[1], **plan_options)
     if models_changed:
         # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
         context.run_janitor(ignore_ttl=True)
-    return ProdUpdate(models_changed, restate, after)
+    return ProdUpdate(models_changed, restate, after, built_until=horizon)
 
 
 def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
@@ -274,13 +276,14 @@ def run_build(
         marked_before = _utcnow()
         dirty = _read_dirty(home)
         update = apply_models(home, dirty)
-        _clear_dirty(home, marked_before, update.versions)
+        future_windows = _clear_dirty(home, marked_before, update.built_until, update.versions)
         publish_marts(home)
     return BuildResult(
         snapshot=snapshot,
-        restated_windows=len(dirty),
+        restated_windows=sum(1 for window in dirty if window < update.built_until) if update.restate_range else 0,
         restate_range=update.restate_range,
         models_changed=update.models_changed,
+        future_windows=future_windows,
         models={name: version for name, (_, version) in update.versions.items()},
         seconds=time.monotonic() - started,
     )

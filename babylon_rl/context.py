@@ -96,12 +96,14 @@ class BabylonContext:
         if result.restate_range:
             start, end = result.restate_range
             self.console.print(f"restated {result.restated_windows} changed window(s) between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
+        if result.future_windows:
+            self.console.print(f"{result.future_windows} changed window(s) start in the future: a later build computes them")
         if result.models_changed or result.restate_range:
             self.console.print(
                 f"built {len(result.models)} models in {result.seconds:.1f}s; marts published to {self.home.exports}"
             )
         else:
-            self.console.print(f"nothing to compute: the models are unchanged and no rows are new ({result.seconds:.1f}s)")
+            self.console.print(f"nothing to compute: the models are unchanged and no window due has new rows ({result.seconds:.1f}s)")
         return result
 
     def export(self, include_samples: bool = False) -> list[str]:

@@ -197,3 +197,23 @@ def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
         assert conn.execute("SELECT current_setting('memory_limit')").fetchone()[0] == expected
     finally:
         conn.close()
+
+
+def test_windows_that_start_in_the_future_wait_for_a_later_build(run_cli, home: Path) -> None:
+    """Rows stamped after now (a clock ahead of ours): the build computes what is due and keeps the rest dirty."""
+    from datetime import datetime, timedelta, timezone
+
+    past = (datetime.now(timezone.utc) - timedelta(hours=3)).strftime("%Y-%m-%dT%H:00")
+    future = (datetime.now(timezone.utc) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:00")
+    for start in (past, future):
+        assert run_cli("simulate", "--agents", "5", "--windows", "1", "--start", start, "--target", "duckdb").exit_code == 0
+
+    result = run_cli("build")
+    assert result.exit_code == 0, result.output
+    assert "1 changed window(s) start in the future" in result.output
+    assert _warehouse(home, "SELECT window_id FROM babylon.windows") == [(past,)]
+    assert _warehouse(home, "SELECT strftime(window_start, '%Y-%m-%dT%H:%M') FROM meta.dirty_windows") == [(future,)]
+
+    again = run_cli("build")  # only the future window is dirty: nothing to compute yet, no error
+    assert again.exit_code == 0, again.output
+    assert "1 changed window(s) start in the future" in again.output and "nothing to compute" in again.output
