@@ -63,6 +63,7 @@ calls_in_order AS (
     c.call_id,
     c.system_prompt,
     c.input_turns_json,
+    c.user_prompt,
     c.response,
     LAG(c.system_prompt) OVER (
       PARTITION BY c.source_id
@@ -89,7 +90,12 @@ call_turns AS (
       END,
       ''
     )
-    || COALESCE(NULLIF(SUBSTRING(input_turns_json, 2, LENGTH(input_turns_json) - 2), '') || ', ', '')
+    || COALESCE(
+      /* staging.llm_calls leaves input_turns_json NULL when the input is just the user prompt */
+      CASE WHEN input_turns_json IS NULL THEN '{"role": "user", "content": ' || @json_quote(user_prompt) || '}, ' END,
+      NULLIF(SUBSTRING(input_turns_json, 2, LENGTH(input_turns_json) - 2), '') || ', ',
+      ''
+    )
     || '{"role": "assistant", "content": ' || @json_quote(COALESCE(response, '')) || '}' AS turns
   FROM calls_in_order
 ),

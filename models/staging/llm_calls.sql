@@ -15,7 +15,7 @@ MODEL (
   grain call_id,
   audits (
     unique_values(columns := (call_id)),
-    not_null(columns := (call_id, source_id, trajectory_id, window_start, input_turns_json))
+    not_null(columns := (call_id, source_id, trajectory_id, window_start))
   ),
   column_descriptions (
     call_id = 'callId, or {trajectoryId}:{stepNumber}:{index} for legacy-shape calls',
@@ -31,7 +31,7 @@ MODEL (
     action_type = 'The action the call decided, when logged',
     system_prompt = 'The system prompt (systemPrompt, else the system turn of messages)',
     user_prompt = 'userPrompt',
-    input_turns_json = 'The call''s input turns without system turns, as JSON array text of {"role", "content"} objects: its messages when logged, else one user turn with userPrompt',
+    input_turns_json = 'The call''s input turns without system turns, as JSON array text of {"role", "content"} objects (its messages when logged); NULL when they are just one user turn holding user_prompt, which is not stored twice',
     response = 'The model''s answer',
     reasoning = 'Reasoning, when logged',
     temperature = 'Sampling temperature',
@@ -244,12 +244,10 @@ SELECT
   action_type,
   COALESCE(system_prompt, @system_turn_content(chat_turns)) AS system_prompt,
   user_prompt,
-  COALESCE(
-    @non_system_turns_json(chat_turns),
-    CASE
-      WHEN user_prompt IS NULL THEN '[]'
-      ELSE '[{"role": "user", "content": ' || @json_quote(user_prompt) || '}]'
-    END
+  /* the prompt text is the bulk of the table: a chat that is only the user prompt is not written a second time */
+  NULLIF(
+    COALESCE(@non_system_turns_json(chat_turns), '[{"role": "user", "content": ' || @json_quote(user_prompt) || '}]', '[]'),
+    '[{"role": "user", "content": ' || @json_quote(user_prompt) || '}]'
   ) AS input_turns_json,
   response,
   reasoning,
