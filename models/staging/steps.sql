@@ -1,12 +1,13 @@
-/* One row per step of a staged trajectory (see staging.step_rows for the parse). */
+/* One row per step of a staged trajectory (see staging.step_rows for the parse).
+   No audits of its own: as a view it would be audited over the whole history at every
+   build. Its grain and keys are audited where they are made, batch by batch: step_rows'
+   (source_id, step_position) is unique and not null (all steps of a trajectory are in its
+   window's batch), and staging.trajectories' source_id is unique with agent_id and
+   window_id not null. */
 MODEL (
   name staging.steps,
   kind VIEW,
-  grain (source_id, step_position),
-  audits (
-    unique_combination_of_columns(columns := (source_id, step_position)),
-    not_null(columns := (source_id, step_position, agent_id, window_id))
-  )
+  grain (source_id, step_position)
 );
 
 SELECT
