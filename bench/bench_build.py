@@ -32,7 +32,10 @@ def _run(home: Path, *args: str) -> tuple[float, int]:
     )
     seconds = time.perf_counter() - began
     if proc.returncode != 0:
-        raise click.ClickException(f"cli.py {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        # the CLI's one-line error comes before /usr/bin/time's report on stderr
+        report_start = proc.stderr.find("\tCommand being timed")
+        error = proc.stderr[:report_start] if report_start >= 0 else proc.stderr
+        raise click.ClickException(f"cli.py {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{error[-2000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) // 1024
     return seconds, rss
 
