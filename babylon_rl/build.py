@@ -132,13 +132,10 @@ def _incremental_models(context) -> list[str]:
     return sorted(model.fqn for model in context.models.values() if model.kind.is_incremental)
 
 
-def _prod_is_current(context) -> bool:
-    """True when prod already holds exactly the project's models (same fingerprints): no plan needed to apply them."""
-    env = context.state_reader.get_environment("prod")
-    if env is None:
-        return False
-    in_prod = {s.name: s.fingerprint for s in env.snapshots}
-    return in_prod == {s.name: s.fingerprint for s in context.snapshots.values()}
+def _prod_holds_project(context, prod_versions: dict[str, tuple[str, str]]) -> bool:
+    """True when prod (its `_model_versions`) holds exactly the project's models: no plan needed to apply them."""
+    project = {s.name: s.fingerprint.to_identifier() for s in context.snapshots.values()}
+    return bool(prod_versions) and project == {name: fingerprint for name, (fingerprint, _) in prod_versions.items()}
 
 
 def _model_versions(context) -> dict[str, tuple[str, str]]:
@@ -208,7 +205,7 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
     plan_options = {"auto_apply": True, "no_prompts": True, "skip_tests": True, **plan_options}
     before = _model_versions(context)
     # A plan costs seconds even when it changes nothing: only plan when prod lacks the project's models.
-    models_changed = not _prod_is_current(context)
+    models_changed = not _prod_holds_project(context, before)
     if models_changed:
         context.plan("prod", empty_backfill=True, **plan_options)
     after = _model_versions(context)
