@@ -18,11 +18,17 @@ _WINDOW_ID = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0
 def window_start_from_id(evaluator, window_id):
     """The TIMESTAMP a `YYYY-MM-DDTHH:MM` window id names; NULL when it is not a real date and time."""
     w = window_id.sql("duckdb")
+    if evaluator.var("sql_engine", "duckdb") != "postgres":
+        # DuckDB's TRY_STRPTIME rejects impossible dates itself; the pattern keeps the format
+        # strict (it would accept 2026-1-5T3:04). A short expression matters: it is inlined
+        # several times per query, and SQLMesh copies every query's tree a few times per batch.
+        return evaluator.parse_one(f"CASE WHEN REGEXP_MATCHES({w}, '{_WINDOW_ID}') THEN TRY_STRPTIME({w}, '%Y-%m-%dT%H:%M') END")
     named = f"""(CAST(SUBSTRING({w}, 1, 7) || '-01 00:00:00' AS TIMESTAMP)
                  + INTERVAL 1 DAY * (CAST(SUBSTRING({w}, 9, 2) AS INT) - 1)
                  + INTERVAL 1 HOUR * CAST(SUBSTRING({w}, 12, 2) AS INT)
                  + INTERVAL 1 MINUTE * CAST(SUBSTRING({w}, 15, 2) AS INT))"""
-    # Nested CASEs: PostgreSQL evaluates CASE branches in order, but not the operands of AND.
+    # PostgreSQL has no non-failing timestamp parse: the id is taken apart and put back
+    # together. Nested CASEs: PostgreSQL evaluates CASE branches in order, but not the operands of AND.
     # A day past the month's end (2025-02-30) rolls over into the next month: not a real window.
     return evaluator.parse_one(
         f"""CASE WHEN REGEXP_MATCHES({w}, '{_WINDOW_ID}') THEN

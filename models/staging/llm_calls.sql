@@ -10,7 +10,7 @@ MODEL (
   name staging.llm_calls,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 7 -- days per query: memory follows a week of play, not the whole history
+    batch_size 14 -- days per query: memory follows two weeks of play, not the whole history
   ),
   grain call_id,
   audits (
@@ -140,22 +140,41 @@ logged_calls_newest AS (
   WHERE newest_first = 1
 ),
 
-step_calls_logged AS (
-  SELECT s.*, l.log_id, l.call_time AS logged_call_time, l.model AS logged_model, l.purpose AS logged_purpose,
-    l.action_type AS logged_action_type, l.temperature AS logged_temperature, l.max_tokens AS logged_max_tokens
+/* one join for both kinds of call: a step call with its log row, or a call only logged */
+calls_matched AS (
+  SELECT
+    COALESCE(s.call_id, l.call_id) AS call_id,
+    COALESCE(s.source_id, l.source_id) AS source_id,
+    COALESCE(s.trajectory_id, l.trajectory_id) AS trajectory_id,
+    COALESCE(s.window_start, l.window_start) AS window_start,
+    s.step_position,
+    CASE WHEN s.call_id IS NOT NULL THEN s.step_number ELSE l.step_number END AS step_number,
+    s.call_index,
+    COALESCE(
+      CASE
+        WHEN s.epoch_ms BETWEEN 0 AND 253402300799999
+        THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * s.epoch_ms
+      END,
+      l.call_time
+    ) AS call_time,
+    COALESCE(s.model, l.model) AS model,
+    COALESCE(s.purpose, l.purpose) AS purpose,
+    COALESCE(s.action_type, l.action_type) AS action_type,
+    s.system_prompt AS step_system_prompt,
+    s.user_prompt AS step_user_prompt,
+    s.chat_turns AS step_chat_turns,
+    s.response AS step_response,
+    s.reasoning AS step_reasoning,
+    COALESCE(s.temperature, l.temperature) AS temperature,
+    COALESCE(s.max_tokens, l.max_tokens) AS max_tokens,
+    s.call_id IS NOT NULL AS in_steps,
+    l.log_id
   FROM step_calls AS s
-  LEFT JOIN logged_calls_newest AS l
+  FULL OUTER JOIN logged_calls_newest AS l
     ON l.call_id = s.call_id AND l.source_id = s.source_id
 ),
 
-calls_only_logged AS (
-  SELECT l.*
-  FROM logged_calls_newest AS l
-  LEFT JOIN step_calls AS s
-    ON s.call_id = l.call_id AND s.source_id = l.source_id
-  WHERE s.call_id IS NULL
-),
-
+/* the logged text, read only for calls only logged and step calls without their input */
 logged_text AS (
   SELECT
     l."id" AS log_id,
@@ -166,68 +185,23 @@ logged_text AS (
     l."reasoning" AS reasoning
   FROM @raw_schema.llm_call_logs AS l
   WHERE l."id" IN (
-    SELECT log_id FROM step_calls_logged WHERE log_id IS NOT NULL AND user_prompt IS NULL AND chat_turns IS NULL
-    UNION ALL
-    SELECT log_id FROM calls_only_logged
+    SELECT log_id
+    FROM calls_matched
+    WHERE log_id IS NOT NULL AND (NOT in_steps OR (step_user_prompt IS NULL AND step_chat_turns IS NULL))
   )
 ),
 
 calls_merged AS (
   SELECT
-    s.call_id,
-    s.source_id,
-    s.trajectory_id,
-    s.window_start,
-    s.step_position,
-    s.step_number,
-    s.call_index,
-    COALESCE(
-      CASE
-        WHEN s.epoch_ms BETWEEN 0 AND 253402300799999
-        THEN TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1 MILLISECOND * s.epoch_ms
-      END,
-      s.logged_call_time
-    ) AS call_time,
-    COALESCE(s.model, s.logged_model) AS model,
-    COALESCE(s.purpose, s.logged_purpose) AS purpose,
-    COALESCE(s.action_type, s.logged_action_type) AS action_type,
-    COALESCE(s.system_prompt, t.system_prompt) AS system_prompt,
-    COALESCE(s.user_prompt, t.user_prompt) AS user_prompt,
-    COALESCE(s.chat_turns, t.chat_turns) AS chat_turns,
-    COALESCE(s.response, t.response) AS response,
-    COALESCE(s.reasoning, t.reasoning) AS reasoning,
-    COALESCE(s.temperature, s.logged_temperature) AS temperature,
-    COALESCE(s.max_tokens, s.logged_max_tokens) AS max_tokens,
-    TRUE AS in_steps,
-    s.log_id
-  FROM step_calls_logged AS s
+    c.*,
+    COALESCE(c.step_system_prompt, t.system_prompt) AS system_prompt,
+    COALESCE(c.step_user_prompt, t.user_prompt) AS user_prompt,
+    COALESCE(c.step_chat_turns, t.chat_turns) AS chat_turns,
+    COALESCE(c.step_response, t.response) AS response,
+    COALESCE(c.step_reasoning, t.reasoning) AS reasoning
+  FROM calls_matched AS c
   LEFT JOIN logged_text AS t
-    ON t.log_id = s.log_id
-  UNION ALL
-  SELECT
-    l.call_id,
-    l.source_id,
-    l.trajectory_id,
-    l.window_start,
-    NULL AS step_position,
-    l.step_number,
-    NULL AS call_index,
-    l.call_time,
-    l.model,
-    l.purpose,
-    l.action_type,
-    t.system_prompt,
-    t.user_prompt,
-    t.chat_turns,
-    t.response,
-    t.reasoning,
-    l.temperature,
-    l.max_tokens,
-    FALSE AS in_steps,
-    l.log_id
-  FROM calls_only_logged AS l
-  LEFT JOIN logged_text AS t
-    ON t.log_id = l.log_id
+    ON t.log_id = c.log_id
 )
 
 SELECT
