@@ -55,7 +55,7 @@ def _count(home: Path) -> int:
 @click.option("--windows", default=100, show_default=True)
 @click.option("--dirt-rate", default=0.02, show_default=True)
 @click.option("--home", "home_dir", type=click.Path(path_type=Path), default=Path("/tmp/brl-bench-build"), show_default=True)
-@click.option("--reuse", is_flag=True, help="Keep an existing simulated warehouse in HOME (only drop the models).")
+@click.option("--reuse", is_flag=True, help="Build the simulated warehouse already in HOME instead of simulating one (it must not be built yet: copy it from an untouched copy).")
 def main(agents: int, windows: int, dirt_rate: float, home_dir: Path, reuse: bool) -> None:
     if not reuse:
         shutil.rmtree(home_dir, ignore_errors=True)
