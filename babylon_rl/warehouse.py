@@ -28,6 +28,16 @@ OFFLINE_CONFIG = {
     "memory_limit": MEMORY_LIMIT,
 }
 
+# The catalog name DuckDB gives warehouse.duckdb when SQLMesh opens it, so that the
+# toolkit's connections and SQLMesh's see the same names.
+CATALOG = "warehouse"
+# Rows per row group of the tables the toolkit writes (raw.*). DuckDB scans a table in
+# parallel by row group, and a JSON parse runs inside the scan: with DuckDB's default of
+# 122,880 rows, 100k trajectories are one row group and a model batch parsed their
+# stepsJson on one core. The size is a property of the connection that writes the rows
+# (an ATTACH option, not stored in the file), so every toolkit connection attaches with it.
+ROW_GROUP_SIZE = 2048
+
 
 @dataclass(frozen=True)
 class RawTable:
@@ -127,9 +137,15 @@ def connect(home: Home, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     if read_only and not home.warehouse.exists():
         raise WarehouseError(f"no warehouse at {home.warehouse}; run `cli.py build` (or `cli.py simulate --target duckdb`) first")
     home.ensure()
+    conn = duckdb.connect(config={**OFFLINE_CONFIG, "temp_directory": f"{home.warehouse}.tmp"})
+    options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}" + (", READ_ONLY" if read_only else "")
+    path = str(home.warehouse).replace("'", "''")
     try:
-        return duckdb.connect(str(home.warehouse), read_only=read_only, config=dict(OFFLINE_CONFIG))
+        conn.execute(f"ATTACH '{path}' AS {CATALOG} ({options})")
+        conn.execute(f"USE {CATALOG}")
+        return conn
     except duckdb.IOException as exc:
+        conn.close()
         if "lock" in str(exc).lower():
             raise WarehouseError(
                 f"the warehouse {home.warehouse} is in use by another process ({_lock_holder(str(exc))}); "

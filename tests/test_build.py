@@ -199,6 +199,23 @@ def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
         conn.close()
 
 
+def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path) -> None:
+    """The toolkit writes raw.* in row groups of warehouse.ROW_GROUP_SIZE rows (so that a model batch
+    parses stepsJson on every core), and SQLMesh's checkpoints do not merge them back into one."""
+    from babylon_rl import warehouse
+
+    assert run_cli("simulate", "--agents", "10", "--windows", "40", "--start", START, "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+
+    groups = _warehouse(home, """SELECT row_group_id, max("count") FROM pragma_storage_info('raw.llm_call_logs')
+                                 WHERE column_name = 'id' GROUP BY row_group_id""")
+    calls = _warehouse(home, "SELECT count(*) FROM raw.llm_call_logs")[0][0]
+    assert calls > 2 * warehouse.ROW_GROUP_SIZE
+    assert len(groups) >= calls // warehouse.ROW_GROUP_SIZE
+    assert max(rows for _, rows in groups) <= warehouse.ROW_GROUP_SIZE
+    assert _warehouse(home, "SELECT count(*) FROM staging.llm_calls")[0][0] > 0
+
+
 def test_windows_that_start_in_the_future_wait_for_a_later_build(run_cli, home: Path) -> None:
     """Rows stamped after now (a clock ahead of ours): the build computes what is due and keeps the rest dirty."""
     from datetime import datetime, timedelta, timezone
