@@ -100,14 +100,19 @@ def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetim
         conn.execute(f"DELETE FROM raw.{table.name}")
         conn.execute(f"INSERT INTO raw.{table.name} {source}")
         return conn.execute(f"SELECT count(*) FROM raw.{table.name}").fetchone()[0]
-    conn.execute(f'CREATE OR REPLACE TEMP TABLE incoming AS {source} WHERE "{mark}" > $since', {"since": since})
+    conn.execute(f'CREATE OR REPLACE TEMP TABLE changed AS {source} WHERE "{mark}" > $since', {"since": since})
     # Rows already present with the same watermark are unchanged: neither re-written nor counted.
+    # DELETEs and a plain INSERT rather than an anti-join and INSERT OR REPLACE: with 100k
+    # trajectories to re-read (rows re-stamped, or read again within the safety margin) both
+    # ran DuckDB out of memory, the join by hashing the side that carries the rows' text, the
+    # upsert by holding the new rows in memory; a DELETE's join carries only keys and row ids,
+    # and a plain INSERT writes its row groups to the file as it goes.
     conn.execute(
-        f"""CREATE OR REPLACE TEMP TABLE changed AS
-            SELECT i.* FROM incoming i
-            ANTI JOIN raw.{table.name} r ON r."{key}" = i."{key}" AND r."{mark}" IS NOT DISTINCT FROM i."{mark}" """
+        f"""DELETE FROM changed i USING raw.{table.name} r
+            WHERE r."{key}" = i."{key}" AND r."{mark}" IS NOT DISTINCT FROM i."{mark}" """
     )
-    conn.execute(f"INSERT OR REPLACE INTO raw.{table.name} SELECT * FROM changed")
+    conn.execute(f'DELETE FROM raw.{table.name} r USING changed c WHERE r."{key}" = c."{key}"')
+    conn.execute(f"INSERT INTO raw.{table.name} SELECT * FROM changed")
     return conn.execute("SELECT count(*) FROM changed").fetchone()[0]
 
 

@@ -122,3 +122,28 @@ def test_warehouse_connections_never_autoinstall(home: Path) -> None:
     ).fetchall())
     conn.close()
     assert settings == {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+
+
+def test_re_stamped_rows_are_copied_within_the_memory_limit(game: str, home: Path, monkeypatch) -> None:
+    """An incremental snapshot that re-reads many large rows (here 200 MB of stepsJson against a
+    128 MB DuckDB limit) streams them: neither the unchanged-row check nor the upsert holds them."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from babylon_rl import warehouse
+
+    monkeypatch.setitem(warehouse.OFFLINE_CONFIG, "memory_limit", "128MB")
+    with psycopg.connect(game, row_factory=dict_row) as conn:
+        template = conn.execute("""SELECT * FROM trajectories WHERE "trajectoryId" = 't1'""").fetchone()
+        columns = ", ".join(f'"{name}"' for name in template)
+        with conn.cursor().copy(f"COPY trajectories ({columns}) FROM STDIN") as copy:
+            for i in range(20_000):
+                big = {**template, "id": f"big-{i}", "trajectoryId": f"big-{i}", "stepsJson": f'[{{"pad": "{i:06d}{"x" * 10_000}"}}]'}
+                copy.write_row(list(big.values()))
+    run_snapshot(Home.resolve(home), game)
+
+    execute(game, """UPDATE trajectories SET "updatedAt" = "updatedAt" + interval '1 hour'""")
+    result = run_snapshot(Home.resolve(home), game)
+
+    assert {t.table: t.rows_copied for t in result.tables}["trajectories"] == 20_003
+    assert _rows(home, "SELECT count(*), sum(length(\"stepsJson\")) > 200_000_000 FROM raw.trajectories") == [(20_003, True)]
