@@ -3,22 +3,37 @@ incremental one after one more simulated window, on realistic simulator data.
 
     /work/venv/bin/python bench/bench_build.py --agents 100 --windows 100    # 10k trajectories
     /work/venv/bin/python bench/bench_build.py --agents 100 --windows 1000   # 100k trajectories
+    /work/venv/bin/python bench/bench_build.py --agents 100 --windows 1000 --source postgres
+
+With `--source duckdb` (the default) the simulator writes the warehouse's raw tables
+directly. With `--source postgres` it writes a fresh, migrated PostgreSQL database on
+--admin-url's server (dropped at the end), `cli.py snapshot` copies it (timed: rows/s),
+and both builds snapshot first, as a production build does. The simulated rows are stamped
+a day back before the first snapshot, as if written over the game's life, so that later
+snapshots re-read only the rows of their safety margin.
 
 Each step runs `cli.py` in its own process under /usr/bin/time -v, so the peak RSS is that
-build's alone. Prints trajectories, full build seconds and rows/s, incremental seconds and
-the ratio, and the peak RSS of each build.
+step's alone. Prints trajectories, snapshot rows/s, full build seconds and rows/s,
+incremental seconds and the ratio, and the peak RSS of each.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
 import time
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
+import psycopg
+
+from babylon_rl.warehouse import RAW_TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,33 +55,86 @@ def _run(home: Path, *args: str) -> tuple[float, int]:
     return seconds, rss
 
 
-def _count(home: Path) -> int:
+def _warehouse_value(home: Path, sql: str):
     import duckdb
 
     conn = duckdb.connect(str(home / "warehouse.duckdb"), read_only=True)
     try:
-        return conn.execute("SELECT COUNT(*) FROM raw.trajectories").fetchone()[0]
+        return conn.execute(sql).fetchone()[0]
     finally:
         conn.close()
+
+
+@contextmanager
+def _fresh_database(admin_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database on admin_url's server, dropped afterwards."""
+    name = f"brl_bench_build_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{admin_url.rpartition('/')[0]}/{name}"
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _simulate(home: Path, source: list[str], windows: int, agents: int, dirt_rate: float) -> None:
+    target = "postgres" if source else "duckdb"
+    _run(home, *source, "simulate", "--agents", str(agents), "--windows", str(windows), "--target", target,
+         "--dirt-rate", str(dirt_rate))
+
+
+def _age_game_rows(url: str) -> None:
+    """Stamp the simulated rows a day earlier. The simulator stamps every row with the time it
+    wrote it, so a history simulated minutes ago would lie inside the snapshot's 10-minute
+    safety margin and every later snapshot would re-read all of it; a game's history was
+    written over its whole life."""
+    with psycopg.connect(url) as conn:
+        for table in RAW_TABLES:
+            stamps = [name for name in ("createdAt", "updatedAt") if name in table.column_names]
+            conn.execute(f'UPDATE "{table.name}" SET ' + ", ".join(f'"{s}" = "{s}" - interval \'1 day\'' for s in stamps))
+
+
+def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, reuse: bool) -> None:
+    if not reuse:
+        shutil.rmtree(home, ignore_errors=True)
+        _simulate(home, source, windows, agents, dirt_rate)
+        if source:
+            _age_game_rows(source[1])
+    if source:
+        snap_s, snap_rss = _run(home, *source, "snapshot")
+        copied = json.loads(_warehouse_value(home, "SELECT tables_json FROM meta.snapshots ORDER BY started_at DESC LIMIT 1"))
+        rows = sum(table["rows_copied"] for table in copied)
+    trajectories = _warehouse_value(home, "SELECT COUNT(*) FROM raw.trajectories")
+    full_s, full_rss = _run(home, *source, "build")
+    _simulate(home, source, 1, agents, dirt_rate)
+    inc_s, inc_rss = _run(home, *source, "build")
+    click.echo(f"trajectories           {trajectories:,}")
+    if source:
+        click.echo(f"snapshot               {snap_s:.1f} s  ({rows:,} rows of all tables, {rows / snap_s:,.0f} rows/s), peak RSS {snap_rss:,} MB")
+    click.echo(f"full build             {full_s:.1f} s  ({trajectories / full_s:,.0f} trajectories/s), peak RSS {full_rss:,} MB")
+    click.echo(f"incremental (1 window) {inc_s:.1f} s  ({inc_s / full_s:.1%} of full), peak RSS {inc_rss:,} MB")
 
 
 @click.command()
 @click.option("--agents", default=100, show_default=True)
 @click.option("--windows", default=100, show_default=True)
 @click.option("--dirt-rate", default=0.02, show_default=True)
+@click.option("--source", type=click.Choice(["duckdb", "postgres"]), default="duckdb", show_default=True,
+              help="Simulate into the warehouse directly, or into PostgreSQL and snapshot it.")
+@click.option("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres", show_default=True,
+              help="With --source postgres: the server to create the game database on.")
 @click.option("--home", "home_dir", type=click.Path(path_type=Path), default=Path("/tmp/brl-bench-build"), show_default=True)
 @click.option("--reuse", is_flag=True, help="Build the simulated warehouse already in HOME instead of simulating one (it must not be built yet: copy it from an untouched copy).")
-def main(agents: int, windows: int, dirt_rate: float, home_dir: Path, reuse: bool) -> None:
-    if not reuse:
-        shutil.rmtree(home_dir, ignore_errors=True)
-        _run(home_dir, "simulate", "--agents", str(agents), "--windows", str(windows), "--target", "duckdb", "--dirt-rate", str(dirt_rate))
-    trajectories = _count(home_dir)
-    full_s, full_rss = _run(home_dir, "build")
-    _run(home_dir, "simulate", "--agents", str(agents), "--windows", "1", "--target", "duckdb", "--dirt-rate", str(dirt_rate))
-    inc_s, inc_rss = _run(home_dir, "build")
-    click.echo(f"trajectories           {trajectories:,}")
-    click.echo(f"full build             {full_s:.1f} s  ({trajectories / full_s:,.0f} trajectories/s), peak RSS {full_rss:,} MB")
-    click.echo(f"incremental (1 window) {inc_s:.1f} s  ({inc_s / full_s:.1%} of full), peak RSS {inc_rss:,} MB")
+def main(agents: int, windows: int, dirt_rate: float, source: str, admin_url: str, home_dir: Path, reuse: bool) -> None:
+    if source == "duckdb":
+        _bench(home_dir, [], agents, windows, dirt_rate, reuse)
+        return
+    if reuse:
+        raise click.UsageError("--reuse needs --source duckdb: the PostgreSQL database is created for each run")
+    with _fresh_database(admin_url) as url:
+        _run(home_dir, "--database-url", url, "db", "migrate")
+        _bench(home_dir, ["--database-url", url], agents, windows, dirt_rate, reuse=False)
 
 
 if __name__ == "__main__":
