@@ -100,3 +100,31 @@ def trajectories_in_range(evaluator):
         AND k.window_start BETWEEN @start_ts AND @end_ts
     )"""
     return evaluator.transform(evaluator.parse_one(sql))
+
+
+def _margin(evaluator) -> str:
+    return f"INTERVAL 1 HOUR * {int(evaluator.var('call_log_margin_hours', 24))}"
+
+
+@macro()
+def logged_near_window(evaluator, call_time, window_start, window_end):
+    """TRUE when a logged call's time is unknown or lies within `call_log_margin_hours` of its
+    trajectory's window: a call is made while its trajectory plays. Logs stamped farther away
+    are not staged (babylon.rejected_rows: call_outside_window)."""
+    t, start, end = (e.sql("duckdb") for e in (call_time, window_start, window_end))
+    margin = _margin(evaluator)
+    return evaluator.parse_one(f"({t} IS NULL OR ({t} >= {start} - {margin} AND {t} < {end} + {margin}))")
+
+
+@macro()
+def logged_near_batch(evaluator, call_time):
+    """@logged_near_window for every window that starts in the batch's range (@start_ts..@end_ts,
+    windows of at most 24 h). One column against constants, which DuckDB applies while scanning
+    llm_call_logs (its rows are appended in time order, so the row groups' min/max skip the
+    rest): each batch reads the logs of its own days, not the whole history."""
+    t = call_time.sql("duckdb")
+    margin = _margin(evaluator)
+    return evaluator.transform(evaluator.parse_one(
+        f"""({t} IS NULL OR ({t} >= CAST(@start_ts AS TIMESTAMP) - {margin}
+                               AND {t} < CAST(@end_ts AS TIMESTAMP) + INTERVAL 1 DAY + {margin}))"""
+    ))

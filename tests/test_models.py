@@ -81,6 +81,9 @@ def raw_rows() -> dict[str, list[dict]]:
     logs = [
         {"id": "log-1", "trajectoryId": "traj-a", "stepId": "traj-a:0", "callId": "traj-a:0:1", "timestamp": "2025-01-15 10:05:01",
          "model": "m", "purpose": "action", "systemPrompt": "You are a trader", "userPrompt": "decide on ACME", "response": "dup", "temperature": 0.7, "maxTokens": 100, "createdAt": "2025-01-15 10:05:01"},
+        # logged three days after its trajectory's window: not a call of that play (call_log_margin_hours is 24)
+        {"id": "log-stray", "trajectoryId": "traj-e", "stepId": "traj-e:5", "callId": "stray-call", "timestamp": "2025-01-18 11:10:00",
+         "model": "m", "purpose": "action", "systemPrompt": "s", "userPrompt": "u", "response": "r", "temperature": 0.7, "maxTokens": 100, "createdAt": "2025-01-18 11:10:00"},
         {"id": "log-orphan", "trajectoryId": "traj-nowhere", "stepId": "traj-nowhere:0", "callId": "orphan-call", "timestamp": "2025-01-15 10:05:01",
          "model": "m", "purpose": "action", "systemPrompt": "s", "userPrompt": "u", "response": "r", "temperature": 0.7, "maxTokens": 100, "createdAt": "2025-01-15 10:05:01"},
     ]
@@ -171,6 +174,7 @@ def test_rejected_rows_reconcile(home: Path) -> None:
     assert rejected[("trajectories", "bad-pnl")] == "no_pnl"
     assert rejected[("trajectories", "bad-calls")] == "llm_calls_not_array"
     assert rejected[("llm_call_logs", "log-orphan")] == "unknown_trajectory"
+    assert rejected[("llm_call_logs", "log-stray")] == "call_outside_window"
     assert rejected[("market_outcomes", "mo-bad")] == "outcome_without_instrument"
     assert rejected[("market_outcomes", "mo-1-old")] == "superseded_duplicate"
     assert rejected[("market_outcomes", "mo-badwin")] == "bad_window_id"
@@ -240,5 +244,6 @@ def test_models_plan_and_apply_on_postgres(pg_url: str, home: Path, monkeypatch:
         rejected = dict(((t, s), r) for t, s, r in conn.execute("SELECT source_table, source_id, reason FROM babylon.rejected_rows"))
         assert rejected[("trajectories", "bad-json")] == "steps_not_json"
         assert rejected[("market_outcomes", "mo-badwin")] == "bad_window_id"
+        assert rejected[("llm_call_logs", "log-stray")] == "call_outside_window"
         context_text = conn.execute("SELECT context_text FROM babylon.window_market_context WHERE window_id = '2025-01-15T10:00'").fetchone()[0]
         assert SECRET_HEADLINE in context_text

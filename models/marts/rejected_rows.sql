@@ -5,7 +5,9 @@
                       startTime and no valid windowId) and window_not_built (a window the
                       models have not been built for yet, e.g. before the project start)
      llm_call_logs    call_without_id, unknown_trajectory, trajectory_rejected,
-                      duplicate_call_id (an older row of the same callId), trajectory_not_built
+                      call_outside_window (stamped more than call_log_margin_hours from its
+                      trajectory's window), duplicate_call_id (an older row of the same
+                      callId), trajectory_not_built
      market_outcomes  the staging checks (staging.market_outcome_checks), plus
                       bad_window_id and window_not_built
    Staged rows are: staging.trajectories, staging.llm_calls rows with a log_id,
@@ -27,7 +29,7 @@ MODEL (
 );
 
 WITH checked_trajectories AS (
-  SELECT source_id, trajectory_id, reject_reason
+  SELECT source_id, trajectory_id, window_start, window_end, reject_reason
   FROM staging.trajectory_checks
 ),
 
@@ -59,10 +61,16 @@ call_log_rejects AS (
       WHEN NOT EXISTS (
         SELECT 1 FROM checked_trajectories AS c WHERE c.trajectory_id = l."trajectoryId" AND c.reject_reason IS NULL
       ) AND EXISTS (SELECT 1 FROM checked_trajectories AS c WHERE c.trajectory_id = l."trajectoryId") THEN 'trajectory_rejected'
+      WHEN EXISTS (
+        SELECT 1 FROM checked_trajectories AS c
+        WHERE c.trajectory_id = l."trajectoryId" AND c.reject_reason IS NULL
+          AND NOT @logged_near_window(l."timestamp", c.window_start, c.window_end)
+      ) THEN 'call_outside_window'
       WHEN EXISTS (SELECT 1 FROM staging.llm_calls AS s WHERE s.call_id = l."callId" AND s.log_id IS NOT NULL) THEN 'duplicate_call_id'
       ELSE 'trajectory_not_built'
     END AS reason,
-    'llm_call_logs row ' || l."id" || ' of trajectory ' || COALESCE(l."trajectoryId", 'NULL') AS detail
+    'llm_call_logs row ' || l."id" || ' of trajectory ' || COALESCE(l."trajectoryId", 'NULL')
+      || CASE WHEN l."timestamp" IS NOT NULL THEN ' stamped ' || CAST(l."timestamp" AS TEXT) ELSE '' END AS detail
   FROM @raw_schema.llm_call_logs AS l
   LEFT JOIN staging.llm_calls AS s
     ON s.log_id = l."id"

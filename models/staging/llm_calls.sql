@@ -5,7 +5,10 @@
    The calls are read from stepsJson (@parse_step_calls) for the steps staging.step_rows
    found calls in; llm_call_logs is deduplicated on ids and small columns only, and its
    prompt text is read only for the calls that need it. A plugin-shape call without
-   systemPrompt takes the system turn of its messages. */
+   systemPrompt takes the system turn of its messages. A call is made while its trajectory
+   plays: a log row whose timestamp lies more than @call_log_margin_hours from its
+   trajectory's window is not staged (babylon.rejected_rows: call_outside_window), and each
+   batch reads only the logs stamped near its own days, not the whole table. */
 MODEL (
   name staging.llm_calls,
   kind INCREMENTAL_BY_TIME_RANGE (
@@ -42,7 +45,7 @@ MODEL (
 );
 
 WITH staged_trajectories AS (
-  SELECT source_id, trajectory_id, window_start
+  SELECT source_id, trajectory_id, window_start, window_end
   FROM staging.trajectory_checks
   WHERE window_start BETWEEN @start_ts AND @end_ts
     AND reject_reason IS NULL
@@ -132,6 +135,8 @@ logged_call_ids AS (
   JOIN staged_trajectories AS t
     ON t.trajectory_id = l."trajectoryId"
   WHERE NULLIF(l."callId", '') IS NOT NULL
+    AND @logged_near_batch(l."timestamp")
+    AND @logged_near_window(l."timestamp", t.window_start, t.window_end)
 ),
 
 logged_calls_newest AS (
@@ -184,7 +189,8 @@ logged_text AS (
     l."response" AS response,
     l."reasoning" AS reasoning
   FROM @raw_schema.llm_call_logs AS l
-  WHERE l."id" IN (
+  WHERE @logged_near_batch(l."timestamp")
+    AND l."id" IN (
     SELECT log_id
     FROM calls_matched
     WHERE log_id IS NOT NULL AND (NOT in_steps OR (step_user_prompt IS NULL AND step_chat_turns IS NULL))
