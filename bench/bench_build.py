@@ -8,9 +8,9 @@ incremental one after one more simulated window, on realistic simulator data.
 With `--source duckdb` (the default) the simulator writes the warehouse's raw tables
 directly. With `--source postgres` it writes a fresh, migrated PostgreSQL database on
 --admin-url's server (dropped at the end), `cli.py snapshot` copies it (timed: rows/s),
-and both builds snapshot first, as a production build does. The simulated rows are stamped
-a day back before the first snapshot, as if written over the game's life, so that later
-snapshots re-read only the rows of their safety margin.
+and both builds snapshot first, as a production build does. Before the first snapshot the
+simulated rows are stamped with the game time they would have been written at (see
+_GAME_TIME_STAMPS), so that later snapshots re-read only the rows of their safety margin.
 
 Each step runs `cli.py` in its own process under /usr/bin/time -v, so the peak RSS is that
 step's alone. Prints trajectories, snapshot rows/s, full build seconds and rows/s,
@@ -33,7 +33,6 @@ from typing import Iterator
 import click
 import psycopg
 
-from babylon_rl.warehouse import RAW_TABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,15 +83,28 @@ def _simulate(home: Path, source: list[str], windows: int, agents: int, dirt_rat
          "--dirt-rate", str(dirt_rate))
 
 
-def _age_game_rows(url: str) -> None:
-    """Stamp the simulated rows a day earlier. The simulator stamps every row with the time it
-    wrote it, so a history simulated minutes ago would lie inside the snapshot's 10-minute
-    safety margin and every later snapshot would re-read all of it; a game's history was
-    written over its whole life."""
+# When each simulated row would have been written in a live game: a trajectory when its
+# window's play ends, a logged call when it is made, a market outcome when its window closes.
+_GAME_TIME_STAMPS = {
+    "trajectories": '"createdAt" = "endTime", "updatedAt" = "endTime"',
+    "llm_call_logs": '"createdAt" = "timestamp"',
+    "market_outcomes": """"createdAt" = CASE WHEN "windowId" ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}$'
+                                             THEN to_timestamp("windowId", 'YYYY-MM-DD"T"HH24:MI')::timestamp + interval '1 hour'
+                                             ELSE "createdAt" END""",
+}
+
+
+def _stamp_game_time(url: str) -> None:
+    """Stamp the simulated rows with the game time they would have been written at. The
+    simulator stamps every row with the minute it wrote it, so a history simulated in a few
+    minutes would lie inside the snapshot's 10-minute safety margin and every later snapshot
+    would re-read all of it; a game's history is written over its whole life."""
     with psycopg.connect(url) as conn:
-        for table in RAW_TABLES:
-            stamps = [name for name in ("createdAt", "updatedAt") if name in table.column_names]
-            conn.execute(f'UPDATE "{table.name}" SET ' + ", ".join(f'"{s}" = "{s}" - interval \'1 day\'' for s in stamps))
+        for table, assignments in _GAME_TIME_STAMPS.items():
+            conn.execute(f'UPDATE "{table}" SET {assignments}')
+        conn.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")  # the UPDATE left a dead copy of every row behind
 
 
 def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, reuse: bool) -> None:
@@ -100,7 +112,7 @@ def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: 
         shutil.rmtree(home, ignore_errors=True)
         _simulate(home, source, windows, agents, dirt_rate)
         if source:
-            _age_game_rows(source[1])
+            _stamp_game_time(source[1])
     if source:
         snap_s, snap_rss = _run(home, *source, "snapshot")
         copied = json.loads(_warehouse_value(home, "SELECT tables_json FROM meta.snapshots ORDER BY started_at DESC LIMIT 1"))
