@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
 import polars as pl
 import pytest
 
+from babylon_rl import locks
 from tests.reliability.conftest import simulate_game
 from tests.reliability.support import ok, one_line_error, pg_rows, run, start, wait_for
 from tests.reliability.test_interrupted import expected_batches, insert_dataset_trajectories
@@ -26,17 +29,30 @@ def built(migrated_pg_url: str, tmp_path: Path) -> Path:
     return home
 
 
-def test_two_builds_at_once_one_waits_one_refuses(built: Path, migrated_pg_url: str) -> None:
+def _has_open(pid: int, path: Path) -> bool:
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        return any(os.readlink(fd) == str(path) for fd in fds)
+    except OSError:  # the process or one of its descriptors is gone
+        return False
+
+
+def test_a_build_refuses_or_waits_while_another_holds_the_lock(built: Path, migrated_pg_url: str) -> None:
+    # The test holds the lock itself, as a running build does, for as long as it needs: with a
+    # real first build the second one raced it and, on a loaded machine, found the lock free.
     url = ("--database-url", migrated_pg_url)
-    first = start(built, *url, "build")
-    assert wait_for(lambda: (built / "build.lock").read_text().strip() == str(first.pid), timeout=60)
-    refused = run(built, *url, "build")
-    line = one_line_error(refused, "another build is running", f"process {first.pid}")
-    assert "--wait" in line
-    waited = ok(run(built, *url, "build", "--wait", "300"))
-    assert first.wait(timeout=300) == 0
-    # the waiter ran after the first build had applied everything: it finds nothing left to do
-    assert "waiting up to 300s" in waited.stdout and "nothing to compute" in waited.stdout
+    lock = built / "build.lock"
+    with locks.exclusive(lock, 0):
+        line = one_line_error(run(built, *url, "build"), "another build is running", f"process {os.getpid()}")
+        assert "--wait" in line
+        waiter = start(built, *url, "build", "--wait", "300")
+        # with the lock file open the waiter is in its wait loop, which says so at its first refusal
+        assert wait_for(lambda: _has_open(waiter.pid, lock), timeout=120)
+        time.sleep(0.5)
+        assert waiter.poll() is None
+    out, err = waiter.communicate(timeout=300)
+    assert waiter.returncode == 0, out + err
+    assert "waiting up to 300s" in out and "nothing to compute" in out
 
 
 READER = """
