@@ -77,7 +77,7 @@ def _fresh_database(admin_url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _simulate(home: Path, source: list[str], windows: int, agents: int, dirt_rate: float) -> None:
+def _simulate(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float) -> None:
     target = "postgres" if source else "duckdb"
     _run(home, *source, "simulate", "--agents", str(agents), "--windows", str(windows), "--target", target,
          "--dirt-rate", str(dirt_rate))
@@ -110,7 +110,7 @@ def _stamp_game_time(url: str) -> None:
 def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, reuse: bool) -> None:
     if not reuse:
         shutil.rmtree(home, ignore_errors=True)
-        _simulate(home, source, windows, agents, dirt_rate)
+        _simulate(home, source, agents, windows, dirt_rate)
         if source:
             _stamp_game_time(source[1])
     if source:
@@ -119,7 +119,7 @@ def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: 
         rows = sum(table["rows_copied"] for table in copied)
     trajectories = _warehouse_value(home, "SELECT COUNT(*) FROM raw.trajectories")
     full_s, full_rss = _run(home, *source, "build")
-    _simulate(home, source, 1, agents, dirt_rate)
+    _simulate(home, source, agents, 1, dirt_rate)
     inc_s, inc_rss = _run(home, *source, "build")
     click.echo(f"trajectories           {trajectories:,}")
     if source:
