@@ -8,7 +8,9 @@ babylon_rl.build (the snapshot, reading the dirty windows, opening SQLMesh, each
 publishing the marts) and each model batch SQLMesh evaluates (its query and its audits).
 Peak RSS is exact, not sampled: Linux's high-water mark (VmHWM) is read when a step ends
 and reset when one begins (`echo 5 > /proc/self/clear_refs`), and a step that holds others
-(a plan holds its batches) gets the highest of theirs. Linux only.
+(a plan holds its batches) gets the highest of theirs. Linux only. Resetting the mark
+also resets what `/usr/bin/time -v` reports as the process's maximum RSS: read the peak
+from this script's table.
 """
 
 from __future__ import annotations
