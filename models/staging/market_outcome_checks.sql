@@ -12,10 +12,6 @@ MODEL (
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start
   ),
-  -- The project skips SQLMesh's query optimizer (config.yaml); this model keeps it: its
-  -- column types, which only the optimizer infers, are what the YAML tests of the models
-  -- downstream type their NULL-heavy input rows by, and it runs once per build
-  optimize_query true,
   grain source_id,
   audits (
     unique_values(columns := (source_id)),
