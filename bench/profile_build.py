@@ -43,10 +43,11 @@ class Step:
     seconds: float = 0.0
     peak_mb: float = 0.0
     count: int = 0
+    started: float = 0.0
 
 
 class Profile:
-    """Steps keyed by label; nested steps each get the peak RSS seen while they were open."""
+    """Totals per label, and every model batch; a step open while others run gets their peak RSS too."""
 
     def __init__(self) -> None:
         self.steps: dict[str, Step] = {}
@@ -59,28 +60,28 @@ class Profile:
             step.peak_mb = max(step.peak_mb, peak)
         _reset_peak_rss()
 
-    def begin(self, label: str) -> tuple[Step, float]:
+    def begin(self, label: str) -> None:
         self._fold_peak()
-        step = self.steps.setdefault(label, Step(label))
-        self._open.append(Step(label))
-        return step, time.monotonic()
+        self._open.append(Step(label, started=time.monotonic()))
 
-    def end(self, step: Step, started: float) -> Step:
+    def end(self) -> Step:
+        """Close the innermost open step, add it to its label's totals, and return it."""
         self._fold_peak()
-        this_time = self._open.pop()
-        this_time.seconds = time.monotonic() - started
-        step.seconds += this_time.seconds
-        step.peak_mb = max(step.peak_mb, this_time.peak_mb)
-        step.count += 1
-        return this_time
+        run = self._open.pop()
+        run.seconds, run.count = time.monotonic() - run.started, 1
+        total = self.steps.setdefault(run.label, Step(run.label))
+        total.seconds += run.seconds
+        total.peak_mb = max(total.peak_mb, run.peak_mb)
+        total.count += 1
+        return run
 
     @contextmanager
     def step(self, label: str) -> Iterator[None]:
-        step, started = self.begin(label)
+        self.begin(label)
         try:
             yield
         finally:
-            self.end(step, started)
+            self.end()
 
 
 def _instrument(profile: Profile) -> None:
@@ -109,15 +110,15 @@ def _instrument(profile: Profile) -> None:
 
 
 def _record_batches(profile: Profile, console) -> None:
-    running: list[tuple[Step, float]] = []
+    """SQLMesh's console hears of each batch's start and end; batches run one at a time (config.yaml)."""
     start_batch, update_batch = console.start_snapshot_evaluation_progress, console.update_snapshot_evaluation_progress
 
     def start(snapshot, *args, **kwargs):
-        running.append(profile.begin(snapshot.name.replace('"', "")))
+        profile.begin(snapshot.name.replace('"', ""))
         return start_batch(snapshot, *args, **kwargs)
 
     def update(snapshot, interval, *args, **kwargs):
-        batch = profile.end(*running.pop())
+        batch = profile.end()
         batch.label = f"{batch.label} {_day(interval[0])}..{_day(interval[1])}"
         profile.batches.append(batch)
         return update_batch(snapshot, interval, *args, **kwargs)
