@@ -141,6 +141,28 @@ def test_sqlmesh_unit_tests_pass(home: Path) -> None:
     assert expected > 0 and result.testsRun == expected
 
 
+def test_columns_blocks_declare_what_the_queries_return(home: Path) -> None:
+    # SQLMesh's optimizer is off (config.yaml): a model's `columns` block is all SQLMesh and the
+    # YAML tests know of its types. A view is created with the block's names by position and an
+    # incremental table with its types, so a block out of step with its query is silently wrong.
+    build_duckdb(home, raw_rows())
+    context = Context(paths=str(PROJECT_ROOT))
+    adapter = context.engine_adapter
+    try:
+        for name, model in context.models.items():
+            if model.kind.is_external:
+                continue
+            query = context.render(model, start=DATA_DAYS[0], end=DATA_DAYS[1])
+            returned = [tuple(row[:2]) for row in adapter.fetchall(f"DESCRIBE {query.sql(dialect='duckdb')}")]
+            declared = [
+                (column, adapter.fetchone(f"SELECT typeof(CAST(NULL AS {data_type.sql(dialect='duckdb')}))")[0])
+                for column, data_type in (model.columns_to_types_ or {}).items()
+            ]
+            assert declared == returned, name
+    finally:
+        context.close()
+
+
 def test_windows_and_agent_pnl_match_the_raw_rows(home: Path) -> None:
     rows = raw_rows()
     build_duckdb(home, rows)

@@ -12,6 +12,20 @@ MODEL (
     not_null(columns := (window_id, window_start, agent_id, pnl, pnl_rank)),
     pnl_reconciles_with_trajectories
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    window_id TEXT,
+    window_start TIMESTAMP,
+    agent_id TEXT,
+    trajectories INT,
+    pnl DOUBLE,
+    trades INT,
+    wins INT,
+    win_rate DOUBLE,
+    actions INT,
+    errors INT,
+    pnl_rank INT,
+    pnl_zscore DOUBLE
+  ),
   column_descriptions (
     window_id = 'Window id YYYY-MM-DDTHH:MM',
     window_start = 'Window start (UTC)',

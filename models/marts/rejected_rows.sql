@@ -20,6 +20,12 @@ MODEL (
     unique_combination_of_columns(columns := (source_table, source_id, reason)),
     not_null(columns := (source_table, source_id, reason))
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    source_table TEXT,
+    source_id TEXT,
+    reason TEXT,
+    detail TEXT
+  ),
   column_descriptions (
     source_table = 'The raw table of the row: trajectories, llm_call_logs or market_outcomes',
     source_id = 'The raw row''s id',

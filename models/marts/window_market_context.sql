@@ -13,6 +13,15 @@ MODEL (
     unique_values(columns := (window_id)),
     not_null(columns := (window_id, window_start, stocks_json, prediction_markets_json, context_text))
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    window_id TEXT,
+    window_start TIMESTAMP,
+    stocks_json TEXT,
+    prediction_markets_json TEXT,
+    stock_count INT,
+    prediction_market_count INT,
+    context_text TEXT
+  ),
   column_descriptions (
     window_id = 'Window id YYYY-MM-DDTHH:MM',
     window_start = 'Window start (UTC)',

@@ -11,6 +11,25 @@ MODEL (
     unique_values(columns := (window_id)),
     not_null(columns := (window_id, window_start, window_end, agents, ready))
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    window_id TEXT,
+    window_start TIMESTAMP,
+    window_end TIMESTAMP,
+    agents INT,
+    trajectories INT,
+    steps INT,
+    llm_calls INT,
+    trades INT,
+    errors INT,
+    pnl_mean DOUBLE,
+    pnl_std DOUBLE,
+    pnl_min DOUBLE,
+    pnl_max DOUBLE,
+    stock_count INT,
+    prediction_market_count INT,
+    market_mean_change_pct DOUBLE,
+    ready BOOLEAN
+  ),
   column_descriptions (
     window_id = 'UTC window start as YYYY-MM-DDTHH:MM',
     window_start = 'Window start (UTC)',

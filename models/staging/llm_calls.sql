@@ -20,6 +20,28 @@ MODEL (
     unique_values(columns := (call_id)),
     not_null(columns := (call_id, source_id, trajectory_id, window_start))
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    call_id TEXT,
+    source_id TEXT,
+    trajectory_id TEXT,
+    window_start TIMESTAMP,
+    step_position INT,
+    step_number BIGINT,
+    call_index INT,
+    call_time TIMESTAMP,
+    model TEXT,
+    purpose TEXT,
+    action_type TEXT,
+    system_prompt TEXT,
+    user_prompt TEXT,
+    input_turns_json TEXT,
+    response TEXT,
+    reasoning TEXT,
+    temperature DOUBLE,
+    max_tokens INT,
+    in_steps BOOLEAN,
+    log_id TEXT
+  ),
   column_descriptions (
     call_id = 'callId, or {trajectoryId}:{stepNumber}:{index} for legacy-shape calls',
     source_id = 'trajectories.id of the call''s trajectory',

@@ -17,6 +17,28 @@ MODEL (
     unique_values(columns := (source_id)),
     not_null(columns := (source_id, window_id, window_start))
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    source_id TEXT,
+    window_id TEXT,
+    window_start TIMESTAMP,
+    instrument_kind TEXT,
+    instrument_id TEXT,
+    ticker TEXT,
+    start_price DOUBLE,
+    end_price DOUBLE,
+    change_pct DOUBLE,
+    sentiment TEXT,
+    logged_sentiment TEXT,
+    news_json TEXT,
+    market_id TEXT,
+    question TEXT,
+    outcome TEXT,
+    final_probability DOUBLE,
+    volume DOUBLE,
+    created_at TIMESTAMP,
+    reject_reason TEXT,
+    reject_detail TEXT
+  ),
   column_descriptions (
     source_id = 'market_outcomes.id',
     window_id = 'Window id YYYY-MM-DDTHH:MM',
@@ -69,11 +91,14 @@ outcomes_ranked AS (
       PARTITION BY window_start, COALESCE(ticker, market_id)
       ORDER BY created_at DESC NULLS LAST, source_id DESC
     ) AS newest_first,
+    /* CAST AS DOUBLE changes nothing on DuckDB and keeps ROUND portable: PostgreSQL has no
+       ROUND(double, int), and sqlglot rounds a DOUBLE through DECIMAL there only when it knows
+       the type, which with SQLMesh's query optimizer off (config.yaml) it learns from a cast */
     CASE
       WHEN start_price > 0 AND end_price IS NOT NULL
        AND (logged_change_pct IS NULL
-            OR ABS(logged_change_pct - ROUND((end_price - start_price) / start_price * 100, 2)) > 0.01)
-      THEN ROUND((end_price - start_price) / start_price * 100, 2)
+            OR ABS(logged_change_pct - ROUND(CAST((end_price - start_price) / start_price * 100 AS DOUBLE), 2)) > 0.01)
+      THEN ROUND(CAST((end_price - start_price) / start_price * 100 AS DOUBLE), 2)
       ELSE logged_change_pct
     END AS change_pct
   FROM outcomes_in_range

@@ -7,6 +7,24 @@ MODEL (
   audits (
     unique_combination_of_columns(columns := (window_id, instrument_kind, instrument_id)),
     not_null(columns := (source_id, window_id, instrument_kind, instrument_id))
+  ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    source_id TEXT,
+    window_id TEXT,
+    window_start TIMESTAMP,
+    instrument_kind TEXT,
+    instrument_id TEXT,
+    ticker TEXT,
+    start_price DOUBLE,
+    end_price DOUBLE,
+    change_pct DOUBLE,
+    sentiment TEXT,
+    news_json TEXT,
+    market_id TEXT,
+    question TEXT,
+    outcome TEXT,
+    final_probability DOUBLE,
+    volume DOUBLE
   )
 );
 

@@ -18,6 +18,28 @@ MODEL (
     unique_combination_of_columns(columns := (source_id, step_position)),
     not_null(columns := (source_id, step_position, window_start))
   ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    source_id TEXT,
+    trajectory_id TEXT,
+    window_start TIMESTAMP,
+    step_position INT,
+    step_number BIGINT,
+    step_id TEXT,
+    step_shape TEXT,
+    step_time TIMESTAMP,
+    agent_balance DOUBLE,
+    agent_pnl DOUBLE,
+    action_type TEXT,
+    action_success BOOLEAN,
+    action_error TEXT,
+    action_pnl DOUBLE,
+    is_action BOOLEAN,
+    is_trade BOOLEAN,
+    is_win BOOLEAN,
+    is_error BOOLEAN,
+    llm_call_count INT,
+    problem TEXT
+  ),
   column_descriptions (
     source_id = 'trajectories.id',
     trajectory_id = 'trajectories.trajectoryId',

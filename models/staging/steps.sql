@@ -7,7 +7,30 @@
 MODEL (
   name staging.steps,
   kind VIEW,
-  grain (source_id, step_position)
+  grain (source_id, step_position),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    source_id TEXT,
+    trajectory_id TEXT,
+    agent_id TEXT,
+    window_id TEXT,
+    window_start TIMESTAMP,
+    step_position INT,
+    step_number BIGINT,
+    step_id TEXT,
+    step_shape TEXT,
+    step_time TIMESTAMP,
+    agent_balance DOUBLE,
+    agent_pnl DOUBLE,
+    action_type TEXT,
+    action_success BOOLEAN,
+    action_error TEXT,
+    action_pnl DOUBLE,
+    is_action BOOLEAN,
+    is_trade BOOLEAN,
+    is_win BOOLEAN,
+    is_error BOOLEAN,
+    llm_call_count INT
+  )
 );
 
 SELECT

@@ -6,6 +6,31 @@ MODEL (
   audits (
     unique_values(columns := (source_id, trajectory_id)),
     not_null(columns := (source_id, trajectory_id, agent_id, window_id, pnl))
+  ),
+  columns ( -- every output column, in query order, with its type (config.yaml: optimize_query)
+    source_id TEXT,
+    trajectory_id TEXT,
+    agent_id TEXT,
+    window_id TEXT,
+    window_start TIMESTAMP,
+    window_end TIMESTAMP,
+    window_id_derived BOOLEAN,
+    start_time TIMESTAMP,
+    end_time TIMESTAMP,
+    steps INT,
+    llm_calls INT,
+    actions INT,
+    trades INT,
+    wins INT,
+    errors INT,
+    pnl DOUBLE,
+    pnl_source TEXT,
+    total_reward DOUBLE,
+    final_status TEXT,
+    is_training_data BOOLEAN,
+    is_evaluation BOOLEAN,
+    used_in_training BOOLEAN,
+    trained_in_batch TEXT
   )
 );
 
