@@ -68,7 +68,7 @@ class Profile:
         """Close the innermost open step, add it to its label's totals, and return it."""
         self._fold_peak()
         run = self._open.pop()
-        run.seconds, run.count = time.monotonic() - run.started, 1
+        run.seconds = time.monotonic() - run.started
         total = self.steps.setdefault(run.label, Step(run.label))
         total.seconds += run.seconds
         total.peak_mb = max(total.peak_mb, run.peak_mb)
