@@ -34,9 +34,13 @@ CATALOG = "warehouse"
 # Rows per row group of the tables the toolkit writes (raw.*). DuckDB scans a table in
 # parallel by row group, and a JSON parse runs inside the scan: with DuckDB's default of
 # 122,880 rows, 100k trajectories are one row group and a model batch parsed their
-# stepsJson on one core. The size is a property of the connection that writes the rows
-# (an ATTACH option, not stored in the file), so every toolkit connection attaches with it.
-ROW_GROUP_SIZE = 2048
+# stepsJson on one core. Smaller is not free: DuckDB keeps each row group's column
+# metadata in memory, outside its memory limit, once a query has read it. At 2,048 rows,
+# raw.llm_call_logs of a 1M-trajectory game held ~330 MB of it (docs/BENCHMARKS.md).
+# 8,192 rows still gives a two-week model batch of 100 agents four row groups per table.
+# The size is a property of the connection that writes the rows (an ATTACH option, not
+# stored in the file), so every toolkit connection attaches with it.
+ROW_GROUP_SIZE = 8192
 
 
 @dataclass(frozen=True)

@@ -199,11 +199,13 @@ def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path) -> None:
+def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The toolkit writes raw.* in row groups of warehouse.ROW_GROUP_SIZE rows (so that a model batch
-    parses stepsJson on every core), and SQLMesh's checkpoints do not merge them back into one."""
+    parses stepsJson on every core), and SQLMesh's checkpoints do not merge them back into one.
+    A smaller size than the toolkit's keeps the simulated history small."""
     from babylon_rl import warehouse
 
+    monkeypatch.setattr(warehouse, "ROW_GROUP_SIZE", 2048)  # the smallest DuckDB takes
     assert run_cli("simulate", "--agents", "10", "--windows", "40", "--start", START, "--target", "duckdb").exit_code == 0
     assert run_cli("build").exit_code == 0
 
