@@ -37,7 +37,8 @@ CATALOG = "warehouse"
 # stepsJson on one core. Smaller is not free: DuckDB keeps each row group's column
 # metadata in memory, outside its memory limit, once a query has read it. At 2,048 rows,
 # raw.llm_call_logs of a 1M-trajectory game held ~330 MB of it (docs/BENCHMARKS.md).
-# 8,192 rows still gives a two-week model batch of 100 agents four row groups per table.
+# At 8,192 rows a two-week model batch of 100 agents still spans four row groups of
+# raw.trajectories, two per core.
 # The size is a property of the connection that writes the rows (an ATTACH option, not
 # stored in the file), so every toolkit connection attaches with it.
 ROW_GROUP_SIZE = 8192
