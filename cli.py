@@ -11,12 +11,12 @@ from typing import Callable, TypeVar
 import click
 
 from babylon_rl.context import BabylonContext
-from babylon_rl.dataset import FORMATS, BuildParams
+from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError
 
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.judge.score import JUDGES, ScoreOptions
+from babylon_rl.judge.options import JUDGES, ScoreOptions
 
 F = TypeVar("F", bound=Callable)
 

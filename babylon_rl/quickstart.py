@@ -84,9 +84,9 @@ def _stage(ctx: "BabylonContext", result: QuickstartResult, number: int, name: s
 
 
 def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
-    from babylon_rl.dataset import BuildParams
+    from babylon_rl.dataset.params import BuildParams
     from babylon_rl.evaluate import EvalOptions
-    from babylon_rl.judge.score import ScoreOptions
+    from babylon_rl.judge.options import ScoreOptions
 
     found = _existing(ctx)
     if found and not options.force:

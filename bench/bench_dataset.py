@@ -96,7 +96,8 @@ def measure(case: str, home: Path, rows: int) -> dict:
         conn.execute(f"COPY ({ELIGIBLE_SQL}) TO '{quoted}' (FORMAT parquet, COMPRESSION zstd)")
         conn.close()
     else:
-        from babylon_rl.dataset import BuildParams, build
+        from babylon_rl.dataset.build import build
+        from babylon_rl.dataset.params import BuildParams
         from babylon_rl.settings import Home
         from datetime import datetime
 

@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from babylon_rl.judge import ScoreOptions, score_dataset  # noqa: E402
+from babylon_rl.judge.options import ScoreOptions  # noqa: E402
+from babylon_rl.judge.score import score_dataset  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
 from tests.dataset_factory import make_dataset  # noqa: E402
 

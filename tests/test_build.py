@@ -156,6 +156,17 @@ def test_build_without_anything_to_build_says_what_to_do(run_cli) -> None:
     assert "simulate --target duckdb" in result.output
 
 
+def test_build_and_windows_start_without_the_dataset_and_judge_stages(home: Path) -> None:
+    """A command imports only its own stage: `build` and `windows`, run every hour, do not
+    load Polars, psycopg or the judge (0.4 s and ~55 MB at every start)."""
+    for command in ("build", "windows"):
+        proc = subprocess.run([sys.executable, "-X", "importtime", str(Path(__file__).parents[1] / "cli.py"),
+                               "--home", str(home), command], capture_output=True, text=True)
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        assert "babylon_rl.readiness" in imported and "babylon_rl.build" in imported, proc.stderr[-500:]
+        assert not imported & {"polars", "psycopg", "babylon_rl.judge.score", "babylon_rl.dataset.build"}, command
+
+
 def test_a_failing_model_is_named_with_the_engine_error(run_cli, home: Path, tmp_path: Path, monkeypatch) -> None:
     """A model that fails at run time: the build says which one and what DuckDB said, in one line."""
     import shutil

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from babylon_rl import warehouse
-from babylon_rl.dataset import OUTPUT_COLUMNS, BuildParams, build
+from babylon_rl.dataset.build import OUTPUT_COLUMNS, build
+from babylon_rl.dataset.params import BuildParams
 from babylon_rl.dataset.sampling import dropout_rate, eval_window_count, plan
 from babylon_rl.settings import Home
 from tests import factories as f

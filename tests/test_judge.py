@@ -11,7 +11,8 @@ import polars as pl
 import psycopg
 import pytest
 
-from babylon_rl.judge import ScoreOptions, ensure_scores, score_dataset
+from babylon_rl.judge.options import ScoreOptions
+from babylon_rl.judge.score import ensure_scores, score_dataset
 from babylon_rl.judge.heuristic import heuristic_score, terms
 from babylon_rl.judge.dataset import load_groups
 from babylon_rl.settings import Home

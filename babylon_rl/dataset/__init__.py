@@ -3,14 +3,7 @@
 Sub-modules: params (options and name rule), selection (the one DuckDB query),
 sampling (cap, dropout, group features, split in Polars), store (atomic files,
 manifest, hashes), build (the whole `dataset build`), export (jsonl / dpo).
+
+The package itself imports nothing: a CLI command that does not build or read a dataset
+loads neither Polars nor these modules.
 """
-
-from babylon_rl.dataset.build import OUTPUT_COLUMNS, BuildResult, build
-from babylon_rl.dataset.export import FORMATS, ExportResult, export
-from babylon_rl.dataset.params import BuildParams, validate_name
-from babylon_rl.dataset.store import dataset_dir, names, read_manifest, read_split
-
-__all__ = [
-    "FORMATS", "OUTPUT_COLUMNS", "BuildParams", "BuildResult", "ExportResult",
-    "build", "dataset_dir", "export", "names", "read_manifest", "read_split", "validate_name",
-]  # fmt: skip

@@ -24,10 +24,9 @@ from pathlib import Path
 import polars as pl
 
 from babylon_rl.dataset import store
+from babylon_rl.dataset.params import FORMATS
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
-
-FORMATS = ("dpo", "jsonl")
 
 
 @dataclass(frozen=True)

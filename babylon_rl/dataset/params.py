@@ -1,4 +1,4 @@
-"""The parameters of `dataset build` and the dataset-name rule."""
+"""The parameters of `dataset build`, the export formats and the dataset-name rule."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from datetime import datetime
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import safe_name
+
+# `dataset export --format`
+FORMATS = ("dpo", "jsonl")
 
 # Two P&L values closer than this are "the same outcome" for the no-signal flag.
 NO_SIGNAL_TOLERANCE = 1e-6

@@ -15,51 +15,23 @@ import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.base import GroupOutcome, Judge, LLMSettings
 from babylon_rl.judge.cache import JudgeCache, Score, group_key
 from babylon_rl.judge.dataset import Group, dataset_dir, load_groups, read_manifest
+from babylon_rl.judge.options import JudgeKind, ScoreOptions
 from babylon_rl.settings import Home, mask_url, scrub
 
-JudgeKind = Literal["ruler", "heuristic", "art-ruler"]
-JUDGES: tuple[str, ...] = ("ruler", "heuristic", "art-ruler")
 SCORE_COLUMNS = ("trajectory_id", "window_id", "split", "score", "explanation", "judge", "judge_model",
                  "rubric_version", "no_signal")
 
 
 class ScoringIncomplete(BabylonError):
     """Some groups could not be scored; nothing was written as complete."""
-
-
-class ScoreOptions(BaseModel):
-    """Everything a scoring run needs; unset LLM settings come from JUDGE_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY."""
-
-    model_config = ConfigDict(frozen=True)
-
-    judge: JudgeKind = "heuristic"
-    judge_model: str | None = None
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    concurrency: int = Field(8, ge=1)
-    timeout: float = Field(60.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=10)
-    attempts: int = Field(3, ge=1, le=10)
-    max_judge_tokens: int = Field(60_000, ge=1_000)
-    price_in: float = Field(0.0, ge=0)
-    price_out: float = Field(0.0, ge=0)
-
-    def resolved(self) -> "ScoreOptions":
-        key = self.api_key or (SecretStr(os.environ["OPENAI_API_KEY"]) if os.environ.get("OPENAI_API_KEY") else None)
-        return self.model_copy(update={
-            "judge_model": self.judge_model or os.environ.get("JUDGE_MODEL") or None,
-            "base_url": self.base_url or os.environ.get("OPENAI_BASE_URL") or None,
-            "api_key": key,
-        })
 
 
 @dataclass

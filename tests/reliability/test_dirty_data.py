@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from babylon_rl import db
 from babylon_rl.context import BabylonContext
-from babylon_rl.dataset import BuildParams
+from babylon_rl.dataset.params import BuildParams
 from tests.conftest import _admin_connection, database_url
 from tests.game_rows import insert, trajectory
 from tests.reliability.conftest import simulate_game
