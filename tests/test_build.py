@@ -229,6 +229,44 @@ def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path, m
     assert _warehouse(home, "SELECT count(*) FROM staging.llm_calls")[0][0] > 0
 
 
+def test_an_llm_calls_batch_reads_only_the_logs_near_its_days(run_cli, home: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """staging.llm_calls filters llm_call_logs on `timestamp` in a form DuckDB checks against the
+    row groups' min/max: a batch of one day skips the row groups of the other weeks. (Written as
+    `timestamp IS NULL OR timestamp BETWEEN ...`, DuckDB skipped none, and every batch of a 1M
+    build read all 13.2M logs.)"""
+    from babylon_rl import build, warehouse
+    from babylon_rl.settings import Home
+
+    monkeypatch.setattr(warehouse, "ROW_GROUP_SIZE", 2048)
+    simulate = ("simulate", "--agents", "16", "--windows", "60", "--window-hours", "24", "--start", "2025-01-01T00:00")
+    assert run_cli(*simulate, "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+    context = build.sqlmesh_context(Home(home))
+    try:
+        batch = context.render("staging.llm_calls", start="2025-01-30", end="2025-01-30").sql("duckdb")
+    finally:
+        context.close()
+
+    conn = warehouse.connect(Home(home), read_only=True)
+    try:
+        conn.execute("PRAGMA enable_profiling = 'json'")
+        conn.execute(f"PRAGMA profiling_output = '{tmp_path / 'profile.json'}'")
+        staged = conn.execute(f"SELECT count(*) FROM ({batch})").fetchall()[0][0]
+        profile = json.loads((tmp_path / "profile.json").read_text())
+        logs = conn.execute("SELECT count(*) FROM raw.llm_call_logs").fetchone()[0]
+    finally:
+        conn.close()
+
+    def log_scans(node: dict) -> list[int]:
+        here = [node["operator_rows_scanned"]] if "llm_call_logs" in str(node.get("extra_info", {}).get("Table", "")) else []
+        return here + [rows for child in node.get("children", []) for rows in log_scans(child)]
+
+    scanned = log_scans(profile)
+    assert staged > 0 and logs > 5 * 2048
+    assert scanned and max(scanned) <= 3 * 2048, (scanned, logs)
+
+
 def test_windows_that_start_in_the_future_wait_for_a_later_build(run_cli, home: Path) -> None:
     """Rows stamped after now (a clock ahead of ours): the build computes what is due and keeps the rest dirty."""
     from datetime import datetime, timedelta, timezone

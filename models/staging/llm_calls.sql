@@ -153,11 +153,10 @@ logged_call_ids AS (
     l."temperature" AS temperature,
     l."maxTokens" AS max_tokens,
     ROW_NUMBER() OVER (PARTITION BY l."callId" ORDER BY l."createdAt" DESC, l."id" DESC) AS newest_first
-  FROM @raw_schema.llm_call_logs AS l
+  FROM @call_logs_near_batch() AS l
   JOIN staged_trajectories AS t
     ON t.trajectory_id = l."trajectoryId"
   WHERE NULLIF(l."callId", '') IS NOT NULL
-    AND @logged_near_batch(l."timestamp")
     AND @logged_near_window(l."timestamp", t.window_start, t.window_end)
 ),
 
@@ -210,9 +209,8 @@ logged_text AS (
     @chat_turns_from_text(l."messagesJson") AS chat_turns,
     l."response" AS response,
     l."reasoning" AS reasoning
-  FROM @raw_schema.llm_call_logs AS l
-  WHERE @logged_near_batch(l."timestamp")
-    AND l."id" IN (
+  FROM @call_logs_near_batch() AS l
+  WHERE l."id" IN (
     SELECT log_id
     FROM calls_matched
     WHERE log_id IS NOT NULL AND (NOT in_steps OR (step_user_prompt IS NULL AND step_chat_turns IS NULL))
