@@ -125,7 +125,7 @@ def call_logs_near_batch(evaluator):
     and skip the rest (the logs are appended in time order): the calls stamped near the
     batch's days, and those with no time. Written as one `t IS NULL OR t BETWEEN ...`
     condition, DuckDB 1.5 does not skip any row group, and each batch read all of the
-    history's logs (docs/BENCHMARKS.md, "A filter that skips nothing")."""
+    history's logs (docs/BENCHMARKS.md, "Every batch read every log")."""
     raw = f"{evaluator.var('raw_schema', 'raw')}.llm_call_logs"
     margin = _margin(evaluator)
     return evaluator.transform(evaluator.parse_one(
