@@ -22,7 +22,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
 
 # The stages a command does not need are imported inside its method: `build` or
-# `windows` then start without Polars, psycopg or the judge (0.4 s and ~55 MB less).
+# `windows` then start without Polars, psycopg or the judge (~0.35 s and ~50 MB less).
 if TYPE_CHECKING:
     import polars as pl
 
@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from babylon_rl.dataset.export import ExportResult
     from babylon_rl.dataset.params import BuildParams
     from babylon_rl.db import MigrationState
+    from babylon_rl.evaluate import EvalOptions, EvalResult
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.options import ScoreOptions
     from babylon_rl.judge.score import ScoreRun
-    from babylon_rl.evaluate import EvalOptions, EvalResult
     from babylon_rl.quickstart import QuickstartOptions, QuickstartResult
     from babylon_rl.simulate import SimulationSummary
     from babylon_rl.train.loop import TrainResult

@@ -158,7 +158,7 @@ def test_build_without_anything_to_build_says_what_to_do(run_cli) -> None:
 
 def test_build_and_windows_start_without_the_dataset_and_judge_stages(home: Path) -> None:
     """A command imports only its own stage: `build` and `windows`, run every hour, do not
-    load Polars, psycopg or the judge (0.4 s and ~55 MB at every start)."""
+    load Polars, psycopg or the judge (~0.35 s and ~50 MB at every start)."""
     for command in ("build", "windows"):
         proc = subprocess.run([sys.executable, "-X", "importtime", str(Path(__file__).parents[1] / "cli.py"),
                                "--home", str(home), command], capture_output=True, text=True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 JudgeKind = Literal["ruler", "heuristic", "art-ruler"]
-JUDGES: tuple[str, ...] = ("ruler", "heuristic", "art-ruler")
+JUDGES: tuple[str, ...] = get_args(JudgeKind)
 
 
 class ScoreOptions(BaseModel):
