@@ -154,9 +154,9 @@ def test_columns_blocks_declare_what_the_queries_return(home: Path) -> None:
                 continue
             query = context.render(model, start=DATA_DAYS[0], end=DATA_DAYS[1])
             returned = [tuple(row[:2]) for row in adapter.fetchall(f"DESCRIBE {query.sql(dialect='duckdb')}")]
-            declared_types = (model.columns_to_types_ or {}).items()
-            typed = ", ".join(f"typeof(CAST(NULL AS {data_type.sql(dialect='duckdb')}))" for _, data_type in declared_types)
-            declared = list(zip([column for column, _ in declared_types], adapter.fetchone(f"SELECT {typed}") if typed else []))
+            declared_types = model.columns_to_types_ or {}
+            typed = ", ".join(f"typeof(CAST(NULL AS {data_type.sql(dialect='duckdb')}))" for data_type in declared_types.values())
+            declared = list(zip(declared_types, adapter.fetchone(f"SELECT {typed}") if typed else []))
             assert declared == returned, name
     finally:
         context.close()
