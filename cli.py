@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from functools import wraps
+from pathlib import Path
 from typing import Callable, TypeVar
 
 import click
 
 from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
-from babylon_rl.errors import BabylonError
-
-
-from babylon_rl.errors import ConfigError
+from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.options import JUDGES, ScoreOptions
 
 F = TypeVar("F", bound=Callable)

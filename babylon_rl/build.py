@@ -11,6 +11,7 @@ analysts can query while the next build holds the warehouse.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -24,6 +25,11 @@ from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.snapshot import SnapshotResult, run_snapshot
 
 EPOCH = datetime(1970, 1, 1)
+MART_SCHEMA = "babylon"
+# Published after every build: the analysts' tables. training_samples (the bulk of the
+# bytes, read by `dataset build` from the warehouse) only on `cli.py export --all`.
+PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context")
+ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
 
 
 def _utcnow() -> datetime:
@@ -33,11 +39,6 @@ def _utcnow() -> datetime:
 def _plan_horizon() -> datetime:
     """The latest end SQLMesh accepts: its execution time is now truncated to the minute."""
     return _utcnow().replace(second=0, microsecond=0) - timedelta(minutes=1)
-MART_SCHEMA = "babylon"
-# Published after every build: the analysts' tables. training_samples (the bulk of the
-# bytes, read by `dataset build` from the warehouse) only on `cli.py export --all`.
-PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context")
-ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
 
 
 @dataclass
@@ -67,8 +68,18 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
     Its console is SQLMesh's silent one, except that it keeps the errors of failed models
     (`failures`), so that a failed build can name the model and the engine's error (`describe_failures`).
     """
+    # SQLMesh forks a pool of workers to read its cache of the models' rendered queries; for
+    # a dozen models on 2 cores that costs more than it saves. Read at SQLMesh's import.
+    os.environ.setdefault("MAX_FORK_WORKERS", "1")
     from sqlmesh import Context
     from sqlmesh.core.console import NoopConsole
+    from sqlmesh.core.loader import SqlMeshLoader
+
+    class BuildLoader(SqlMeshLoader):
+        """The project without its YAML unit tests, which a build skips (plan_prod) and SQLMesh would parse at every load."""
+
+        def load_model_tests(self) -> list:
+            return []
 
     class FailureRecorder(NoopConsole):
         def __init__(self) -> None:
@@ -80,7 +91,7 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
 
     home.ensure().export_env()
     logging.getLogger("sqlmesh").setLevel(logging.WARNING)
-    context = Context(paths=[PROJECT_ROOT], gateway=gateway)
+    context = Context(paths=[PROJECT_ROOT], gateway=gateway, loader=BuildLoader)
     context.console = FailureRecorder()
     return context
 
