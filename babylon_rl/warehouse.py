@@ -31,14 +31,13 @@ OFFLINE_CONFIG = {
 # The catalog name DuckDB gives warehouse.duckdb when SQLMesh opens it, so that the
 # toolkit's connections and SQLMesh's see the same names.
 CATALOG = "warehouse"
-# Rows per row group of the tables the toolkit writes (raw.*). DuckDB scans a table in
-# parallel by row group, and a JSON parse runs inside the scan: with DuckDB's default of
-# 122,880 rows, 100k trajectories are one row group and a model batch parsed their
-# stepsJson on one core. Smaller is not free: DuckDB keeps each row group's column
-# metadata in memory, outside its memory limit, once a query has read it. At 2,048 rows,
-# raw.llm_call_logs of a 1M-trajectory game held ~330 MB of it (docs/BENCHMARKS.md).
-# At 8,192 rows a two-week model batch of 100 agents still spans four row groups of
-# raw.trajectories, two per core.
+# Rows per row group of the tables the toolkit writes (raw.*). DuckDB hands a scan's
+# threads one row group at a time, but gives a scan at most `total rows / 122,880 + 1`
+# threads whatever this size (DataTable::MaxThreads counts with its default): it does not
+# decide how many cores parse stepsJson (macros/threads.py). Smaller is not free: DuckDB
+# keeps each row group's column metadata in memory, outside its memory limit, once a query
+# has read it. At 2,048 rows, raw.llm_call_logs of a 1M-trajectory game held ~330 MB of it
+# (docs/BENCHMARKS.md).
 # The size is a property of the connection that writes the rows (an ATTACH option, not
 # stored in the file), so every toolkit connection attaches with it.
 ROW_GROUP_SIZE = 8192

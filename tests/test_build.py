@@ -211,8 +211,8 @@ def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
 
 
 def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toolkit writes raw.* in row groups of warehouse.ROW_GROUP_SIZE rows (so that a model batch
-    parses stepsJson on every core), and SQLMesh's checkpoints do not merge them back into one.
+    """The toolkit writes raw.* in row groups of warehouse.ROW_GROUP_SIZE rows, and SQLMesh's
+    checkpoints do not merge them back into one.
     A smaller size than the toolkit's keeps the simulated history small."""
     from babylon_rl import warehouse
 

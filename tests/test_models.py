@@ -8,6 +8,7 @@ import statistics
 from datetime import datetime
 from pathlib import Path
 
+import duckdb
 import psycopg
 import pytest
 from sqlmesh import Context
@@ -239,6 +240,29 @@ def test_restating_a_window_picks_up_a_late_row(home: Path) -> None:
     assert ("agent-99", 1) in query(home, "SELECT agent_id, pnl_rank FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T10:00'")
     assert query(home, "SELECT COUNT(*) FROM babylon.training_samples WHERE trajectory_id = 'traj-late'")[0][0] == 1
     assert models
+
+
+
+@pytest.mark.parametrize(("trajectories", "batch_threads"), [(122_879, 3), (122_880, 1)])
+def test_llm_calls_parses_on_one_thread_whatever_the_history(home: Path, trajectories: int, batch_threads: int) -> None:
+    """staging.llm_calls runs on one DuckDB thread from the size at which DuckDB would parse
+    raw.trajectories' stepsJson on two (macros/threads.py), on the connection's threads below
+    it, and its post-statement gives the connection back the count it had. (On PostgreSQL both
+    render to nothing: test_models_plan_and_apply_on_postgres.)"""
+    Home.resolve(home).ensure()
+    model = Context(paths=str(PROJECT_ROOT)).get_model("staging.llm_calls")
+    conn = duckdb.connect(config={"threads": 3})
+    conn.execute(f"CREATE SCHEMA raw; CREATE TABLE raw.trajectories AS SELECT range AS id FROM range({trajectories})")
+
+    def threads() -> int:
+        return int(conn.execute("SELECT current_setting('threads')").fetchone()[0])
+
+    for statement in model.render_pre_statements():
+        conn.execute(statement.sql("duckdb"))
+    during = threads()
+    for statement in model.render_post_statements():
+        conn.execute(statement.sql("duckdb"))
+    assert (during, threads()) == (batch_threads, 3)
 
 
 @pytest.mark.postgres

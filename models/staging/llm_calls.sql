@@ -66,6 +66,9 @@ MODEL (
   )
 );
 
+/* On one thread once DuckDB would parse stepsJson on more: see macros/threads.py */
+@single_threaded_parse();
+
 WITH staged_trajectories AS (
   SELECT source_id, trajectory_id, window_start, window_end
   FROM staging.trajectory_checks
@@ -255,4 +258,6 @@ SELECT
   max_tokens::INT AS max_tokens,
   in_steps,
   log_id
-FROM calls_merged
+FROM calls_merged;
+
+@restore_threads();
