@@ -242,9 +242,8 @@ def test_restating_a_window_picks_up_a_late_row(home: Path) -> None:
     assert models
 
 
-
 @pytest.mark.parametrize(("trajectories", "batch_threads"), [(122_879, 3), (122_880, 1)])
-def test_llm_calls_parses_on_one_thread_whatever_the_history(home: Path, trajectories: int, batch_threads: int) -> None:
+def test_llm_calls_runs_on_one_thread_where_duckdb_would_parse_on_two(home: Path, trajectories: int, batch_threads: int) -> None:
     """staging.llm_calls runs on one DuckDB thread from the size at which DuckDB would parse
     raw.trajectories' stepsJson on two (macros/threads.py), on the connection's threads below
     it, and its post-statement gives the connection back the count it had. (On PostgreSQL both
