@@ -22,20 +22,18 @@ from __future__ import annotations
 
 from sqlmesh import macro
 
+from macros.json import _postgres
+
 DUCKDB_ROW_GROUP_SIZE = 122_880  # DuckDB's default: the unit of DataTable::MaxThreads
 _SAVED = "babylon_rl_threads"
 _BATCH = "babylon_rl_batch_threads"
-
-
-def _postgres_gateway(evaluator) -> bool:
-    return evaluator.var("sql_engine", "duckdb") == "postgres"
 
 
 @macro()
 def single_threaded_parse(evaluator):
     """Pre-statements: remember the connection's thread count; run the batch on one thread
     when DuckDB would parse raw.trajectories on more than one."""
-    if _postgres_gateway(evaluator):
+    if _postgres(evaluator):
         return None
     trajectories = f"{evaluator.var('raw_schema', 'raw')}.trajectories"
     return [
@@ -51,6 +49,6 @@ def single_threaded_parse(evaluator):
 @macro()
 def restore_threads(evaluator):
     """Post-statement: the thread count @single_threaded_parse found."""
-    if _postgres_gateway(evaluator):
+    if _postgres(evaluator):
         return None
     return evaluator.parse_one(f"SET threads = getvariable('{_SAVED}')")
