@@ -36,9 +36,6 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _plan_horizon() -> datetime:
-    """The latest end SQLMesh accepts: its execution time is now truncated to the minute."""
-    return _utcnow().replace(second=0, microsecond=0) - timedelta(minutes=1)
 
 
 @dataclass
@@ -48,7 +45,7 @@ class ProdUpdate:
     models_changed: bool  # prod did not hold the project's models: a plan applied them
     restate_range: tuple[datetime, datetime] | None  # the range recomputed, None when nothing was
     versions: dict[str, tuple[str, str]]  # model name -> (fingerprint, table version) now in prod
-    built_until: datetime  # SQLMesh builds nothing past now: windows starting later wait for a later build
+    built_until: datetime  # the models' last cron tick: SQLMesh computes no window starting at or after it
 
 
 @dataclass
@@ -57,7 +54,8 @@ class BuildResult:
     restated_windows: int
     restate_range: tuple[datetime, datetime] | None
     models_changed: bool = False
-    future_windows: int = 0  # changed windows that start after now, left for a later build
+    pending_windows: int = 0  # changed windows starting at or after built_until, left for a later build
+    built_until: datetime | None = None
     models: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -122,7 +120,7 @@ def _read_dirty(home: Home) -> list[datetime]:
 
 
 def _clear_dirty(home: Home, up_to: datetime, built_until: datetime, model_versions: dict[str, tuple[str, str]]) -> int:
-    """Forget the dirty windows this build computed; return how many are left (they start after `built_until`)."""
+    """Forget the dirty windows this build computed; return how many are left (they start at or after `built_until`)."""
     conn = warehouse.connect(home)
     try:
         conn.execute("BEGIN TRANSACTION")
@@ -209,6 +207,15 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> Pr
         context.close()
 
 
+def _last_cron_tick(context) -> datetime:
+    """Where SQLMesh stops computing now: at the last tick of the models' cron (@hourly), even
+    with partial intervals allowed, so a window starting at or after it (the one in play) is
+    left for a later build."""
+    now = datetime.now(timezone.utc)
+    ticks = [model.cron_floor(now) for model in context.models.values() if model.kind.is_incremental]
+    return min(ticks).astimezone(timezone.utc).replace(tzinfo=None)
+
+
 def plan_prod(context, dirty: list[datetime], window_hours: int,
               data_days: tuple[datetime, datetime] | None, **plan_options) -> ProdUpdate:
     """Apply prod on any gateway: missing intervals recorded empty, then the days with data (or the dirty windows) restated."""
@@ -220,7 +227,7 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
     if models_changed:
         context.plan("prod", empty_backfill=True, **plan_options)
     after = _model_versions(context)
-    horizon = _plan_horizon()
+    horizon = _last_cron_tick(context)
     restate = None
     if data_days is not None:
         if {name: v for name, (_, v) in before.items()} != {name: v for name, (_, v) in after.items()}:
@@ -230,7 +237,7 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
             if restate is not None and restate[0] == EPOCH:
                 restate = data_days
     if restate is not None and restate[0] >= horizon:
-        restate = None  # every changed window starts in the future: SQLMesh cannot build it yet
+        restate = None  # every changed window is still in play: SQLMesh would compute nothing
     if restate is not None:
         restate = (restate[0], min(restate[1], horizon))
         context.plan("prod", restate_models=_incremental_models(context), start=restate[0], end=restate[1], **plan_options)
@@ -284,14 +291,15 @@ def run_build(
         marked_before = _utcnow()
         dirty = _read_dirty(home)
         update = apply_models(home, dirty)
-        future_windows = _clear_dirty(home, marked_before, update.built_until, update.versions)
+        pending_windows = _clear_dirty(home, marked_before, update.built_until, update.versions)
         publish_marts(home)
     return BuildResult(
         snapshot=snapshot,
         restated_windows=sum(1 for window in dirty if window < update.built_until) if update.restate_range else 0,
         restate_range=update.restate_range,
         models_changed=update.models_changed,
-        future_windows=future_windows,
+        pending_windows=pending_windows,
+        built_until=update.built_until,
         models={name: version for name, (_, version) in update.versions.items()},
         seconds=time.monotonic() - started,
     )

@@ -107,8 +107,11 @@ class BabylonContext:
         if result.restate_range:
             start, end = result.restate_range
             self.console.print(f"restated {result.restated_windows} changed window(s) between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
-        if result.future_windows:
-            self.console.print(f"{result.future_windows} changed window(s) start in the future: a later build computes them")
+        if result.pending_windows:
+            self.console.print(
+                f"{result.pending_windows} changed window(s) start at or after {result.built_until:%Y-%m-%d %H:%M}, "
+                "the models' last hourly run: a build after their hour computes them"
+            )
         if result.models_changed or result.restate_range:
             self.console.print(
                 f"built {len(result.models)} models in {result.seconds:.1f}s; marts published to {self.home.exports}"

@@ -12,6 +12,10 @@ and both builds snapshot first, as a production build does. Before the first sna
 simulated rows are stamped with the game time they would have been written at (see
 _GAME_TIME_STAMPS), so that later snapshots re-read only the rows of their safety margin.
 
+The history ends an hour before the current one, so that the one more window is over when
+the incremental build runs (SQLMesh computes nothing past the models' last hourly run);
+with --reuse the script stops if the window after the history would still be in play.
+
 Each step runs `cli.py` in its own process under /usr/bin/time -v, so the peak RSS is that
 step's alone. Prints trajectories, snapshot rows/s, full build seconds and rows/s,
 incremental seconds and the ratio, and the peak RSS of each.
@@ -27,6 +31,7 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -77,10 +82,32 @@ def _fresh_database(admin_url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _simulate(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float) -> None:
+def _simulate(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, *start: str) -> None:
     target = "postgres" if source else "duckdb"
     _run(home, *source, "simulate", "--agents", str(agents), "--windows", str(windows), "--target", target,
-         "--dirt-rate", str(dirt_rate))
+         "--dirt-rate", str(dirt_rate), *start)
+
+
+def _current_hour() -> datetime:
+    return datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+
+
+def _history_start(windows: int) -> list[str]:
+    """`--start` for a history that ends an hour before the current one: the one more window
+    simulated after it is then over, and a build computes it (none computes the window in play)."""
+    return ["--start", (_current_hour() - timedelta(hours=windows + 1)).strftime("%Y-%m-%dT%H:%M")]
+
+
+def _next_window(home: Path) -> datetime:
+    """The start of the window after the history; the script stops if it would still be in play."""
+    newest = _warehouse_value(home, 'SELECT max(coalesce(try_strptime("windowId", \'%Y-%m-%dT%H:%M\'), "startTime")) FROM raw.trajectories')
+    following = newest.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    if following >= _current_hour():
+        raise click.ClickException(
+            f"the window after this history ({following:%Y-%m-%d %H:%M}) is still in play, so the incremental build would "
+            f"compute nothing: rerun after {following + timedelta(hours=1):%H:%M} UTC, or simulate a history that ends earlier"
+        )
+    return following
 
 
 # When each simulated row would have been written in a live game: a trajectory when its
@@ -110,7 +137,7 @@ def _stamp_game_time(url: str) -> None:
 def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, reuse: bool) -> None:
     if not reuse:
         shutil.rmtree(home, ignore_errors=True)
-        _simulate(home, source, agents, windows, dirt_rate)
+        _simulate(home, source, agents, windows, dirt_rate, *_history_start(windows))
         if source:
             _stamp_game_time(source[1])
     if source:
@@ -118,9 +145,12 @@ def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: 
         copied = json.loads(_warehouse_value(home, "SELECT tables_json FROM meta.snapshots ORDER BY started_at DESC LIMIT 1"))
         rows = sum(table["rows_copied"] for table in copied)
     trajectories = _warehouse_value(home, "SELECT COUNT(*) FROM raw.trajectories")
+    next_window = _next_window(home)
     full_s, full_rss = _run(home, *source, "build")
     _simulate(home, source, agents, 1, dirt_rate)
     inc_s, inc_rss = _run(home, *source, "build")
+    if not _warehouse_value(home, f"SELECT count(*) FROM babylon.windows WHERE window_start = '{next_window}'"):
+        raise click.ClickException(f"the incremental build did not build the new window {next_window:%Y-%m-%d %H:%M}")
     click.echo(f"trajectories           {trajectories:,}")
     if source:
         click.echo(f"snapshot               {snap_s:.1f} s  ({rows:,} rows of all tables, {rows / snap_s:,.0f} rows/s), peak RSS {snap_rss:,} MB")

@@ -268,21 +268,27 @@ def test_an_llm_calls_batch_reads_only_the_logs_near_its_days(run_cli, home: Pat
     assert scanned and max(scanned) <= 3 * group_rows, (scanned, logs)
 
 
-def test_windows_that_start_in_the_future_wait_for_a_later_build(run_cli, home: Path) -> None:
-    """Rows stamped after now (a clock ahead of ours): the build computes what is due and keeps the rest dirty."""
+def test_the_window_in_play_waits_for_a_build_after_its_hour(run_cli, home: Path) -> None:
+    """SQLMesh computes nothing past the models' last hourly run, so the window of the current
+    hour (still being played) is neither built nor forgotten: it stays dirty for a later build."""
+    import time
     from datetime import datetime, timedelta, timezone
 
-    past = (datetime.now(timezone.utc) - timedelta(hours=3)).strftime("%Y-%m-%dT%H:00")
-    future = (datetime.now(timezone.utc) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:00")
-    for start in (past, future):
+    now = datetime.now(timezone.utc)
+    if now.minute == 59:  # the hour must not turn between simulating the window and building it
+        time.sleep(61 - now.second)
+        now = datetime.now(timezone.utc)
+    past = (now - timedelta(hours=3)).strftime("%Y-%m-%dT%H:00")
+    in_play = now.strftime("%Y-%m-%dT%H:00")
+    for start in (past, in_play):
         assert run_cli("simulate", "--agents", "5", "--windows", "1", "--start", start, "--target", "duckdb").exit_code == 0
 
     result = run_cli("build")
     assert result.exit_code == 0, result.output
-    assert "1 changed window(s) start in the future" in result.output
+    assert f"1 changed window(s) start at or after {in_play.replace('T', ' ')}" in result.output
     assert _warehouse(home, "SELECT window_id FROM babylon.windows") == [(past,)]
-    assert _warehouse(home, "SELECT strftime(window_start, '%Y-%m-%dT%H:%M') FROM meta.dirty_windows") == [(future,)]
+    assert _warehouse(home, "SELECT strftime(window_start, '%Y-%m-%dT%H:%M') FROM meta.dirty_windows") == [(in_play,)]
 
-    again = run_cli("build")  # only the future window is dirty: nothing to compute yet, no error
+    again = run_cli("build")  # only the window in play is dirty: nothing to compute yet, no error
     assert again.exit_code == 0, again.output
-    assert "1 changed window(s) start in the future" in again.output and "nothing to compute" in again.output
+    assert "1 changed window(s) start at or after" in again.output and "nothing to compute" in again.output
