@@ -4,7 +4,7 @@ MODEL (
   name babylon.agent_window_pnl,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 7 -- days per query: memory follows a week of play, not the whole history
+    batch_size 168 -- hours per query (a week): memory follows a week of play, not the whole history
   ),
   grain (window_id, agent_id),
   audits (

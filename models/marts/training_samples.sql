@@ -8,7 +8,7 @@ MODEL (
   name babylon.training_samples,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 3 -- days per query: ordering and joining the chats of a week comes near the memory limit
+    batch_size 72 -- hours per query (three days): ordering and joining the chats of a week comes near the memory limit
   ),
   grain trajectory_id,
   depends_on (babylon.windows),

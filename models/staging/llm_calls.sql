@@ -13,7 +13,7 @@ MODEL (
   name staging.llm_calls,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 14 -- days per query: memory follows two weeks of play, not the whole history
+    batch_size 336 -- hours per query (two weeks): memory follows two weeks of play, not the whole history
   ),
   grain call_id,
   audits (

@@ -11,7 +11,7 @@ MODEL (
   name staging.step_rows,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 14 -- days per query: memory follows two weeks of play, not the whole history
+    batch_size 336 -- hours per query (two weeks): memory follows two weeks of play, not the whole history
   ),
   grain (source_id, step_position),
   audits (

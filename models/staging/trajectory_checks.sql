@@ -10,7 +10,7 @@ MODEL (
   name staging.trajectory_checks,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 14 -- days per query: memory follows two weeks of play, not the whole history
+    batch_size 336 -- hours per query (two weeks): memory follows two weeks of play, not the whole history
   ),
   grain source_id,
   audits (
