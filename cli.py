@@ -104,21 +104,29 @@ def snapshot(obj: BabylonContext, full: bool) -> None:
 @cli.command()
 @click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=0, show_default=True,
               help="Seconds to wait for another running build before giving up.")
-@click.option("--full-snapshot", is_flag=True, help="Re-copy every source row before building.")
+@click.option("--full-snapshot", is_flag=True, help="Re-copy every source row before building (the first build only, with --every).")
+@click.option("--every", "every_minutes", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MINUTES",
+              help="Keep running: a build every MINUTES, in one process that keeps the models loaded between builds.")
+@click.option("--builds", type=click.IntRange(min=1), default=None, help="With --every: stop after this many builds.")
 @click.pass_obj
 @error_handler
-def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool) -> None:
+def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool, every_minutes: float | None, builds: int | None) -> None:
     """Snapshot the game database (if given), apply the SQLMesh models, publish the marts.
 
     \b
-    Windows that received late rows are rebuilt. The marts are then written to
-    HOME/exports/*.parquet, which can be queried while the next build runs.
+    Windows that received late rows are rebuilt; a window is built once its hour is over.
+    The marts are then written to HOME/exports/*.parquet, which can be queried while the
+    next build runs. With --every the command keeps running, a build every MINUTES (a
+    failed one is reported and the next one tried); the warehouse is free between builds.
     \b
     Examples:
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon build
       python cli.py build --wait 600      # after simulate --target duckdb
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon build --every 60
     """
-    obj.build(wait_seconds=wait_seconds, full_snapshot=full_snapshot)
+    if builds is not None and every_minutes is None:
+        raise click.UsageError("--builds needs --every")
+    obj.build(wait_seconds, full_snapshot, every_minutes, builds)
 
 
 @cli.command()

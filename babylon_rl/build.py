@@ -182,7 +182,7 @@ def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
     return first, datetime(newest.year, newest.month, newest.day) + timedelta(days=1)
 
 
-def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> ProdUpdate:
+def apply_models(context, home: Home, dirty: list[datetime], window_hours: int = 1) -> ProdUpdate:
     """Apply the models to prod, computing only windows that have data, then restate the dirty ones.
 
     SQLMesh would backfill every interval from the models' configured start, batch by
@@ -195,7 +195,7 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> Pr
     from sqlmesh.utils.errors import SQLMeshError
 
     data_days = _days_with_data(home)
-    context = sqlmesh_context(home)
+    context.console.failures.clear()
     try:
         return plan_prod(context, dirty, window_hours, data_days)
     except SQLMeshError as exc:
@@ -204,7 +204,7 @@ def apply_models(home: Home, dirty: list[datetime], window_hours: int = 1) -> Pr
             "fix the model, or run `sqlmesh plan` from the repository root for the full error"
         ) from None
     finally:
-        context.close()
+        context.close()  # DuckDB lets no other process open the warehouse while SQLMesh holds it
 
 
 def _last_cron_tick(context) -> datetime:
@@ -274,32 +274,68 @@ def _quote(path) -> str:
     return str(path).replace("'", "''")
 
 
-def run_build(
-    home: Home,
-    database_url: str | None,
-    wait_seconds: float = 0,
-    full_snapshot: bool = False,
-    on_wait: Callable[[str], None] | None = None,
-) -> BuildResult:
-    started = time.monotonic()
-    with locks.exclusive(home.build_lock, wait_seconds, on_wait):
-        snapshot = run_snapshot(home, database_url, full=full_snapshot) if database_url else None
-        if not home.warehouse.exists():
-            raise WarehouseError(
-                f"no warehouse at {home.warehouse}: pass --database-url to snapshot the game, or run `cli.py simulate --target duckdb`"
-            )
-        marked_before = _utcnow()
-        dirty = _read_dirty(home)
-        update = apply_models(home, dirty)
-        pending_windows = _clear_dirty(home, marked_before, update.built_until, update.versions)
-        publish_marts(home)
-    return BuildResult(
-        snapshot=snapshot,
-        restated_windows=sum(1 for window in dirty if window < update.built_until) if update.restate_range else 0,
-        restate_range=update.restate_range,
-        models_changed=update.models_changed,
-        pending_windows=pending_windows,
-        built_until=update.built_until,
-        models={name: version for name, (_, version) in update.versions.items()},
-        seconds=time.monotonic() - started,
-    )
+class Builder:
+    """Runs `cli.py build` once, or again and again in one process (`build --every`).
+
+    Between builds it keeps SQLMesh's loaded project, which a new process pays for again
+    (importing SQLMesh and loading the project: ~1.5 s, most of a one-window build at
+    100k), and loads it again only when a project file changed. The warehouse is released after
+    every build, so readers and other commands can open it until the next one.
+    """
+
+    def __init__(self, home: Home, database_url: str | None) -> None:
+        self.home = home
+        self.database_url = database_url
+        self._context = None
+        self._loaded_files: dict[str, int] = {}
+
+    def build(self, wait_seconds: float = 0, full_snapshot: bool = False,
+              on_wait: Callable[[str], None] | None = None) -> BuildResult:
+        started = time.monotonic()
+        with locks.exclusive(self.home.build_lock, wait_seconds, on_wait):
+            snapshot = run_snapshot(self.home, self.database_url, full=full_snapshot) if self.database_url else None
+            if not self.home.warehouse.exists():
+                raise WarehouseError(
+                    f"no warehouse at {self.home.warehouse}: pass --database-url to snapshot the game, or run `cli.py simulate --target duckdb`"
+                )
+            marked_before = _utcnow()
+            dirty = _read_dirty(self.home)
+            try:
+                update = apply_models(self._sqlmesh(), self.home, dirty)
+            except WarehouseError:
+                self._context = None  # it may hold a half-done plan: load the project afresh next time
+                raise
+            pending_windows = _clear_dirty(self.home, marked_before, update.built_until, update.versions)
+            publish_marts(self.home)
+        return BuildResult(
+            snapshot=snapshot,
+            restated_windows=sum(1 for window in dirty if window < update.built_until) if update.restate_range else 0,
+            restate_range=update.restate_range,
+            models_changed=update.models_changed,
+            pending_windows=pending_windows,
+            built_until=update.built_until,
+            models={name: version for name, (_, version) in update.versions.items()},
+            seconds=time.monotonic() - started,
+        )
+
+    def _sqlmesh(self):
+        files = _project_files()
+        if self._context is None or files != self._loaded_files:
+            self._context = sqlmesh_context(self.home)
+            self._loaded_files = files
+        return self._context
+
+
+def _project_files() -> dict[str, int]:
+    """Every file of the SQLMesh project and its modification time: a file changed, added or
+    removed since the project was loaded changes the result."""
+    files = [PROJECT_ROOT / name for name in ("config.yaml", "external_models.yaml")]
+    for folder in ("models", "macros", "audits"):
+        files += (PROJECT_ROOT / folder).rglob("*")
+    return {str(f): f.stat().st_mtime_ns for f in files if f.suffix in (".sql", ".py", ".yaml") and f.is_file()}
+
+
+def run_build(home: Home, database_url: str | None, wait_seconds: float = 0, full_snapshot: bool = False,
+              on_wait: Callable[[str], None] | None = None) -> BuildResult:
+    """One build in this process: `cli.py build`."""
+    return Builder(home, database_url).build(wait_seconds, full_snapshot, on_wait)

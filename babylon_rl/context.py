@@ -6,7 +6,9 @@ tests and other Python callers can use them without parsing output.
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from babylon_rl import build, readiness, snapshot
-from babylon_rl.errors import ConfigError
+from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
 
 # The stages a command does not need are imported inside its method: `build` or
@@ -96,10 +98,35 @@ class BabylonContext:
             table.add_row(copy.table, f"{copy.rows_copied:,}", copy.watermark or "")
         self.console.print(table)
 
-    def build(self, wait_seconds: float = 0, full_snapshot: bool = False) -> build.BuildResult:
-        result = build.run_build(
-            self.home, self.database_url, wait_seconds, full_snapshot, on_wait=lambda msg: self.console.print(msg)
-        )
+    def build(self, wait_seconds: float = 0, full_snapshot: bool = False,
+              every_minutes: float | None = None, builds: int | None = None) -> build.BuildResult:
+        """One build; with `every_minutes`, a build every so many minutes until interrupted or `builds` are done."""
+        builder = build.Builder(self.home, self.database_url)
+        if every_minutes is None:
+            return self._print_build(builder.build(wait_seconds, full_snapshot, on_wait=self.console.print))
+        return self._build_every(builder, every_minutes, builds, wait_seconds, full_snapshot)
+
+    def _build_every(self, builder: build.Builder, every_minutes: float, builds: int | None,
+                     wait_seconds: float, full_snapshot: bool) -> build.BuildResult:
+        """A failed build is reported and the next one tried; the last one's failure is the command's."""
+        result: build.BuildResult | None = None
+        for number in itertools.count(1):
+            started = time.monotonic()
+            self.console.print(f"build {number} at {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+            try:
+                result = self._print_build(builder.build(wait_seconds, full_snapshot and number == 1, self.console.print))
+                failure = None
+            except BabylonError as exc:
+                failure = exc
+                self.console.print(Text(f"build {number} failed: {exc}", style="red"))
+            if builds is not None and number >= builds:
+                break
+            time.sleep(max(0.0, started + every_minutes * 60 - time.monotonic()))
+        if failure is not None:
+            raise failure
+        return result
+
+    def _print_build(self, result: build.BuildResult) -> build.BuildResult:
         if result.snapshot:
             self._print_snapshot(result.snapshot)
         if result.models_changed:

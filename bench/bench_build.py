@@ -12,13 +12,15 @@ and both builds snapshot first, as a production build does. Before the first sna
 simulated rows are stamped with the game time they would have been written at (see
 _GAME_TIME_STAMPS), so that later snapshots re-read only the rows of their safety margin.
 
-The history ends an hour before the current one, so that the one more window is over when
-the incremental build runs (SQLMesh computes nothing past the models' last hourly run);
-with --reuse the script stops if the window after the history would still be in play.
+The incremental build is measured twice: a new `cli.py build` process after one more
+simulated window, and the second build of a running `cli.py build --every` after another
+(it has the models loaded already). The history ends two hours before the current one, so
+that both new windows are over when they are built (SQLMesh computes nothing past the
+models' last hourly run); with --reuse the script stops if they would still be in play.
 
 Each step runs `cli.py` in its own process under /usr/bin/time -v, so the peak RSS is that
 step's alone. Prints trajectories, snapshot rows/s, full build seconds and rows/s,
-incremental seconds and the ratio, and the peak RSS of each.
+both incremental seconds and their ratio to the full build, and the peak RSS of each.
 """
 
 from __future__ import annotations
@@ -93,21 +95,48 @@ def _current_hour() -> datetime:
 
 
 def _history_start(windows: int) -> list[str]:
-    """`--start` for a history that ends an hour before the current one: the one more window
-    simulated after it is then over, and a build computes it (none computes the window in play)."""
-    return ["--start", (_current_hour() - timedelta(hours=windows + 1)).strftime("%Y-%m-%dT%H:%M")]
+    """`--start` for a history that ends two hours before the current one: the two windows
+    simulated after it, one per incremental build, are then over, and a build computes them
+    (none computes the window in play)."""
+    return ["--start", (_current_hour() - timedelta(hours=windows + 2)).strftime("%Y-%m-%dT%H:%M")]
 
 
-def _next_window(home: Path) -> datetime:
-    """The start of the window after the history; the script stops if it would still be in play."""
+def _next_windows(home: Path) -> list[datetime]:
+    """The starts of the two windows after the history; the script stops if one would still be in play."""
     newest = _warehouse_value(home, 'SELECT max(coalesce(try_strptime("windowId", \'%Y-%m-%dT%H:%M\'), "startTime")) FROM raw.trajectories')
-    following = newest.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    if following >= _current_hour():
+    following = [newest.replace(minute=0, second=0, microsecond=0) + timedelta(hours=n) for n in (1, 2)]
+    if following[-1] >= _current_hour():
         raise click.ClickException(
-            f"the window after this history ({following:%Y-%m-%d %H:%M}) is still in play, so the incremental build would "
-            f"compute nothing: rerun after {following + timedelta(hours=1):%H:%M} UTC, or simulate a history that ends earlier"
+            f"the window starting {following[-1]:%Y-%m-%d %H:%M} is still in play, so an incremental build would "
+            f"compute nothing: rerun after {following[-1] + timedelta(hours=1):%H:%M} UTC, or simulate a history that ends earlier"
         )
     return following
+
+
+def _check_built(home: Path, window: datetime) -> None:
+    if not _warehouse_value(home, f"SELECT count(*) FROM babylon.windows WHERE window_start = '{window}'"):
+        raise click.ClickException(f"the incremental build did not build the new window {window:%Y-%m-%d %H:%M}")
+
+
+def _warm_incremental(home: Path, source: list[str], agents: int, dirt_rate: float) -> tuple[float, int]:
+    """`cli.py build --every` with one more window simulated between its two builds: the second
+    build's own seconds (as it reports them), and the process's peak RSS in MB."""
+    command = ["/usr/bin/time", "-v", sys.executable, str(ROOT / "cli.py"), "--home", str(home), *source,
+               "build", "--every", "0.5", "--builds", "2"]
+    builder = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output = []
+    for line in builder.stdout:
+        output.append(line)
+        if line.startswith("nothing to compute"):  # the first build: everything is built already
+            _simulate(home, source, agents, 1, dirt_rate)
+    stderr = builder.stderr.read()
+    if builder.wait() != 0 or len(output) < 2:
+        raise click.ClickException(f"cli.py build --every failed:\n{''.join(output)[-2000:]}\n{stderr[-2000:]}")
+    seconds = re.search(r"built \d+ models in ([\d.]+)s", output[-1])
+    if not seconds:
+        raise click.ClickException(f"the second build of `build --every` built nothing:\n{''.join(output)}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1)) // 1024
+    return float(seconds.group(1)), rss
 
 
 # When each simulated row would have been written in a live game: a trajectory when its
@@ -145,18 +174,19 @@ def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: 
         copied = json.loads(_warehouse_value(home, "SELECT tables_json FROM meta.snapshots ORDER BY started_at DESC LIMIT 1"))
         rows = sum(table["rows_copied"] for table in copied)
     trajectories = _warehouse_value(home, "SELECT COUNT(*) FROM raw.trajectories")
-    next_window = _next_window(home)
+    next_windows = _next_windows(home)
     full_s, full_rss = _run(home, *source, "build")
     _simulate(home, source, agents, 1, dirt_rate)
     inc_s, inc_rss = _run(home, *source, "build")
-    if not _warehouse_value(home, f"SELECT count(*) FROM babylon.windows WHERE window_start = '{next_window}'"):
-        raise click.ClickException(f"the incremental build did not build the new window {next_window:%Y-%m-%d %H:%M}")
+    _check_built(home, next_windows[0])
+    warm_s, warm_rss = _warm_incremental(home, source, agents, dirt_rate)
+    _check_built(home, next_windows[1])
     click.echo(f"trajectories           {trajectories:,}")
     if source:
         click.echo(f"snapshot               {snap_s:.1f} s  ({rows:,} rows of all tables, {rows / snap_s:,.0f} rows/s), peak RSS {snap_rss:,} MB")
     click.echo(f"full build             {full_s:.1f} s  ({trajectories / full_s:,.0f} trajectories/s), peak RSS {full_rss:,} MB")
-    click.echo(f"incremental (1 window) {inc_s:.1f} s  ({inc_s / full_s:.1%} of full), peak RSS {inc_rss:,} MB")
-
+    click.echo(f"incremental (1 window) {inc_s:.1f} s  ({inc_s / full_s:.1%} of full), peak RSS {inc_rss:,} MB; a new `cli.py build`")
+    click.echo(f"  in `build --every`   {warm_s:.1f} s  ({warm_s / full_s:.1%} of full), peak RSS {warm_rss:,} MB; its second build")
 
 @click.command()
 @click.option("--agents", default=100, show_default=True)

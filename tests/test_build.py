@@ -47,6 +47,41 @@ def _postgres(url: str, sql: str) -> list[tuple]:
         return conn.execute(sql).fetchall()
 
 
+def _copy_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the SQLMesh project that a test may edit, used by babylon_rl.build from now on."""
+    import shutil
+
+    from babylon_rl import build
+    from babylon_rl.settings import PROJECT_ROOT
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("config.yaml", "external_models.yaml", "models", "macros", "audits"):
+        source = PROJECT_ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, project / name)
+    monkeypatch.setattr(build, "PROJECT_ROOT", project)
+    return project
+
+
+def _counting_project_loads(monkeypatch: pytest.MonkeyPatch) -> list:
+    from babylon_rl import build
+
+    loads = []
+    load = build.sqlmesh_context
+
+    def counted(*args, **kwargs):
+        loads.append(args)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(build, "sqlmesh_context", counted)
+    return loads
+
+
+
+def _broken(windows_sql: str, message: str) -> str:
+    """babylon.windows' query made to fail at run time with DuckDB's error(message)."""
+    return windows_sql.replace("WHERE c.window_start BETWEEN", f"WHERE error('{message}') IS NULL AND c.window_start BETWEEN")
+
 @pytest.fixture
 def built(run_cli, migrated_pg_url: str, home: Path) -> str:
     result = run_cli("--database-url", migrated_pg_url, "simulate", "--agents", "8", "--windows", "6", "--seed", "1",
@@ -169,20 +204,8 @@ def test_build_and_windows_start_without_the_dataset_and_judge_stages(home: Path
 
 def test_a_failing_model_is_named_with_the_engine_error(run_cli, home: Path, tmp_path: Path, monkeypatch) -> None:
     """A model that fails at run time: the build says which one and what DuckDB said, in one line."""
-    import shutil
-
-    from babylon_rl import build
-    from babylon_rl.settings import PROJECT_ROOT
-
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("config.yaml", "external_models.yaml", "models", "macros", "audits"):
-        source = PROJECT_ROOT / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, project / name)
-    windows = project / "models" / "marts" / "windows.sql"
-    sql = windows.read_text()
-    windows.write_text(sql.replace("WHERE c.window_start BETWEEN", "WHERE error('boom: a broken model') IS NULL AND c.window_start BETWEEN"))
-    monkeypatch.setattr(build, "PROJECT_ROOT", project)
+    windows = _copy_project(tmp_path, monkeypatch) / "models" / "marts" / "windows.sql"
+    windows.write_text(_broken(windows.read_text(), "boom: a broken model"))
     assert run_cli("simulate", "--agents", "3", "--windows", "1", "--target", "duckdb").exit_code == 0
 
     result = run_cli("build")
@@ -292,3 +315,64 @@ def test_the_window_in_play_waits_for_a_build_after_its_hour(run_cli, home: Path
     again = run_cli("build")  # only the window in play is dirty: nothing to compute yet, no error
     assert again.exit_code == 0, again.output
     assert "1 changed window(s) start at or after" in again.output and "nothing to compute" in again.output
+
+
+def test_a_builder_keeps_the_project_loaded_and_frees_the_warehouse_between_builds(run_cli, home: Path, monkeypatch) -> None:
+    """`build --every`: later builds reuse the loaded models, and other writers can use the warehouse in between."""
+    from babylon_rl import build
+    from babylon_rl.settings import Home
+
+    first_window = "2025-01-15T00:00"
+    assert run_cli("simulate", "--agents", "3", "--windows", "2", "--start", first_window, "--target", "duckdb").exit_code == 0
+    loads = _counting_project_loads(monkeypatch)
+    builder = build.Builder(Home.resolve(str(home)), None)
+
+    assert builder.build().models_changed
+    late = run_cli("simulate", "--agents", "3", "--windows", "1", "--start", first_window, "--seed", "2", "--target", "duckdb")
+    assert late.exit_code == 0, late.output  # a writer between builds: the builder does not hold the warehouse
+    second = builder.build()
+
+    assert second.restated_windows == 1 and not second.models_changed
+    assert _warehouse(home, f"SELECT trajectories FROM babylon.windows WHERE window_id = '{first_window}'") == [(6,)]
+    assert len(loads) == 1
+
+
+def test_a_builder_loads_the_project_again_when_a_file_changed(run_cli, home: Path, tmp_path: Path, monkeypatch) -> None:
+    from babylon_rl import build
+    from babylon_rl.errors import WarehouseError
+    from babylon_rl.settings import Home
+
+    project = _copy_project(tmp_path, monkeypatch)
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
+    loads = _counting_project_loads(monkeypatch)
+    builder = build.Builder(Home.resolve(str(home)), None)
+    builder.build()
+    builder.build()
+    assert len(loads) == 1
+
+    windows = project / "models" / "marts" / "windows.sql"
+    windows.write_text(_broken(windows.read_text(), "boom: edited"))
+    with pytest.raises(WarehouseError, match="babylon.windows failed.*boom: edited"):
+        builder.build()
+    assert len(loads) == 2
+
+
+def test_build_every_runs_builds_until_told_to_stop(run_cli) -> None:
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
+    result = run_cli("build", "--every", "0.001", "--builds", "2")
+    assert result.exit_code == 0, result.output
+    assert "build 1 at" in result.output and "build 2 at" in result.output
+    assert "applied the project's models to prod" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("nothing to compute")  # the second found nothing new
+
+
+def test_build_every_reports_a_failed_build_and_tries_the_next(run_cli) -> None:
+    result = run_cli("build", "--every", "0.001", "--builds", "2")
+    assert result.exit_code == 2
+    assert "build 1 failed: no warehouse" in result.output and "build 2 failed: no warehouse" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_builds_without_every_is_a_usage_error(run_cli) -> None:
+    result = run_cli("build", "--builds", "2")
+    assert result.exit_code == 2 and "--builds needs --every" in result.output
