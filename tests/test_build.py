@@ -215,6 +215,41 @@ def test_a_failing_model_is_named_with_the_engine_error(run_cli, home: Path, tmp
     assert "Traceback" not in result.output
 
 
+
+
+def test_changed_windows_far_apart_are_recomputed_alone(run_cli, home: Path) -> None:
+    """Two changed windows recompute those two, not the range between them: a window in between
+    whose raw rows were edited behind the toolkit's back (not marked dirty) keeps its marts."""
+    assert run_cli("simulate", "--agents", "3", "--windows", "5", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+    with duckdb.connect(str(home / "warehouse.duckdb")) as conn:
+        conn.execute("""UPDATE raw.trajectories SET "finalPnL" = 999 WHERE "windowId" = '2025-01-15T02:00'""")
+    for window in ("2025-01-15T00:00", "2025-01-15T04:00"):
+        late = run_cli("simulate", "--agents", "3", "--windows", "1", "--start", window, "--seed", "2", "--target", "duckdb")
+        assert late.exit_code == 0, late.output
+
+    result = run_cli("build")
+    assert result.exit_code == 0, result.output
+    assert "restated 2 changed window(s)" in result.output
+    assert _warehouse(home, "SELECT window_id, trajectories FROM babylon.windows ORDER BY 1") == [
+        ("2025-01-15T00:00", 6), ("2025-01-15T01:00", 3), ("2025-01-15T02:00", 3), ("2025-01-15T03:00", 3), ("2025-01-15T04:00", 6)]
+    assert _warehouse(home, "SELECT max(pnl) FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T02:00'")[0][0] != 999
+
+def test_a_model_failing_on_a_changed_window_is_named_and_the_window_stays_dirty(run_cli, home: Path) -> None:
+    """Late rows are recomputed by `sqlmesh run`, which reports a failed model instead of raising."""
+    window = "2025-01-15T00:00"
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", window, "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", window, "--seed", "2", "--target", "duckdb").exit_code == 0
+    with duckdb.connect(str(home / "warehouse.duckdb")) as conn:
+        conn.execute("DROP TABLE raw.llm_call_logs")
+
+    result = run_cli("build")
+    assert result.exit_code == 2
+    message = result.output.strip().splitlines()[-1]
+    assert "staging.llm_calls failed" in message and "llm_call_logs" in message, message
+    assert _warehouse(home, "SELECT strftime(window_start, '%Y-%m-%dT%H:%M') FROM meta.dirty_windows") == [(window,)]
+
 def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
     """The toolkit's own warehouse connections get config.yaml's DuckDB memory limit, not DuckDB's 80 % of RAM."""
     import yaml
