@@ -2,7 +2,7 @@
 
 Under one file lock, so two builds never write at once. Windows whose raw rows
 changed since the last build (recorded in `meta.dirty_windows` by the snapshot and
-by `simulate --target duckdb`) are restated: SQLMesh only fills intervals it has
+by `simulate --target duckdb`) are computed again: SQLMesh only fills intervals it has
 not processed, so late rows into an already-built window would otherwise be ignored.
 After a successful build the marts are published as Parquet under `exports/`, which
 analysts can query while the next build holds the warehouse.
@@ -175,14 +175,14 @@ def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
 
 
 def apply_models(context, home: Home, dirty: list[datetime], window_hours: int = 1) -> ProdUpdate:
-    """Apply the models to prod, computing only windows that have data, then restate the dirty ones.
+    """Apply the models to prod, computing only windows that have data, then recompute the dirty ones.
 
     SQLMesh would backfill every interval from the models' configured start, batch by
     batch, although the game's data begins later. So the plan records missing intervals as
-    processed without computing them (`empty_backfill`), and the toolkit restates what
-    holds data: every day with data when a model version is new (the
-    first build, or a changed model), otherwise the windows whose raw rows changed. With
-    the models unchanged and nothing dirty, no plan is made at all.
+    processed without computing them (`empty_backfill`), and the toolkit computes what
+    holds data: every day with data when a model version is new (the first build, or a
+    changed model), otherwise the windows whose raw rows changed (`_recompute_windows`).
+    With the models unchanged and nothing dirty, SQLMesh is not asked to do anything.
     """
     from sqlmesh.utils.errors import SQLMeshError
 

@@ -77,10 +77,10 @@ def _counting_project_loads(monkeypatch: pytest.MonkeyPatch) -> list:
     return loads
 
 
-
 def _broken(windows_sql: str, message: str) -> str:
     """babylon.windows' query made to fail at run time with DuckDB's error(message)."""
     return windows_sql.replace("WHERE c.window_start BETWEEN", f"WHERE error('{message}') IS NULL AND c.window_start BETWEEN")
+
 
 @pytest.fixture
 def built(run_cli, migrated_pg_url: str, home: Path) -> str:
@@ -215,8 +215,6 @@ def test_a_failing_model_is_named_with_the_engine_error(run_cli, home: Path, tmp
     assert "Traceback" not in result.output
 
 
-
-
 def test_changed_windows_far_apart_are_recomputed_alone(run_cli, home: Path) -> None:
     """Two changed windows recompute those two, not the range between them: a window in between
     whose raw rows were edited behind the toolkit's back (not marked dirty) keeps its marts."""
@@ -235,6 +233,7 @@ def test_changed_windows_far_apart_are_recomputed_alone(run_cli, home: Path) -> 
         ("2025-01-15T00:00", 6), ("2025-01-15T01:00", 3), ("2025-01-15T02:00", 3), ("2025-01-15T03:00", 3), ("2025-01-15T04:00", 6)]
     assert _warehouse(home, "SELECT max(pnl) FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T02:00'")[0][0] != 999
 
+
 def test_a_model_failing_on_a_changed_window_is_named_and_the_window_stays_dirty(run_cli, home: Path) -> None:
     """Late rows are recomputed by `sqlmesh run`, which reports a failed model instead of raising."""
     window = "2025-01-15T00:00"
@@ -249,6 +248,7 @@ def test_a_model_failing_on_a_changed_window_is_named_and_the_window_stays_dirty
     message = result.output.strip().splitlines()[-1]
     assert "staging.llm_calls failed" in message and "llm_call_logs" in message, message
     assert _warehouse(home, "SELECT strftime(window_start, '%Y-%m-%dT%H:%M') FROM meta.dirty_windows") == [(window,)]
+
 
 def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
     """The toolkit's own warehouse connections get config.yaml's DuckDB memory limit, not DuckDB's 80 % of RAM."""
