@@ -44,6 +44,7 @@ class ProdUpdate:
     restate_range: tuple[datetime, datetime] | None  # the range recomputed, None when nothing was
     versions: dict[str, tuple[str, str]]  # model name -> (fingerprint, table version) now in prod
     built_until: datetime  # the models' last cron tick: SQLMesh computes no window starting at or after it
+    restated_windows: int = 0  # dirty windows computed again (those starting before built_until)
 
 
 @dataclass
@@ -200,9 +201,8 @@ def apply_models(context, home: Home, dirty: list[datetime], window_hours: int =
 
 
 def _last_cron_tick(context) -> datetime:
-    """Where SQLMesh stops computing now: at the last tick of the models' cron (@hourly), even
-    with partial intervals allowed, so a window starting at or after it (the one in play) is
-    left for a later build."""
+    """Where SQLMesh stops computing now: at the last tick of the models' cron (@hourly), so a
+    window starting at or after it (the one in play) is left for a later build."""
     now = datetime.now(timezone.utc)
     ticks = [model.cron_floor(now) for model in context.models.values() if model.kind.is_incremental]
     return min(ticks).astimezone(timezone.utc).replace(tzinfo=None)
@@ -232,7 +232,7 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
     if models_changed:
         # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
         context.run_janitor(ignore_ttl=True)
-    return ProdUpdate(models_changed, restate, after, built_until=horizon)
+    return ProdUpdate(models_changed, restate, after, built_until=horizon, restated_windows=len(due) if restate else 0)
 
 
 def _recompute_windows(context, windows: list[datetime], window_hours: int) -> tuple[datetime, datetime]:
@@ -320,7 +320,7 @@ class Builder:
             publish_marts(self.home)
         return BuildResult(
             snapshot=snapshot,
-            restated_windows=sum(1 for window in dirty if window < update.built_until) if update.restate_range else 0,
+            restated_windows=update.restated_windows,
             restate_range=update.restate_range,
             models_changed=update.models_changed,
             pending_windows=pending_windows,
