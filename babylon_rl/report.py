@@ -37,6 +37,10 @@ class RunData:
     metrics: list[dict]
     dataset: pl.DataFrame  # train + eval rows with their scores (score may be null)
     eval: dict | None
+    curve: list[dict] | None = None  # curve.json, written by bench/bench_learning.py
+
+
+SPLIT_COLORS = {"train": "tab:blue", "validation": "tab:purple", "eval": "tab:orange"}
 
 
 def load_run_data(home: Home, name: str) -> RunData:
@@ -46,14 +50,16 @@ def load_run_data(home: Home, name: str) -> RunData:
         raise ConfigError(f"unknown run {name!r} (no {run.config}); runs: {known or 'none yet, train one with python cli.py train'}")
     config = json.loads(run.config.read_text())
     metrics = list(csv.DictReader(run.metrics.open())) if run.metrics.exists() else []
-    eval_path = run.root / "eval.json"
-    return RunData(name, config, metrics, _dataset(home, config["dataset"]), json.loads(eval_path.read_text()) if eval_path.exists() else None)
+    eval_path, curve_path = run.root / "eval.json", run.root / "curve.json"
+    return RunData(name, config, metrics, _dataset(home, config["dataset"]),
+                   json.loads(eval_path.read_text()) if eval_path.exists() else None,
+                   json.loads(curve_path.read_text()) if curve_path.exists() else None)
 
 
 def _dataset(home: Home, name: str) -> pl.DataFrame:
     path = home.datasets / name
     columns = ["trajectory_id", "window_id", "window_start", "agent_id", "pnl", "window_agents", "split"]
-    frames = [pl.read_parquet(path / f"{s}.parquet", columns=columns) for s in ("train", "eval") if (path / f"{s}.parquet").exists()]
+    frames = [pl.read_parquet(path / f"{s}.parquet", columns=columns) for s in SPLIT_COLORS if (path / f"{s}.parquet").exists()]
     if not frames:
         raise ConfigError(f"the run's dataset {name!r} is not in {path}")
     frame = pl.concat(frames)
@@ -92,7 +98,7 @@ def windows_plot(frame: pl.DataFrame) -> str:
     per_window = (frame.group_by("window_id", "window_start", "split")
                   .agg(agents=pl.col("window_agents").first(), kept=pl.len()).sort("window_start"))
     fig, ax = _figure()
-    for split, color in (("train", "tab:blue"), ("eval", "tab:orange")):
+    for split, color in SPLIT_COLORS.items():
         part = per_window.filter(pl.col("split") == split)
         ax.bar(part["window_start"].to_list(), part["agents"].to_list(), width=0.03, color=color, alpha=0.5, label=f"{split}: agents in window")
         ax.plot(part["window_start"].to_list(), part["kept"].to_list(), "o", color=color, markersize=3, label=f"{split}: trajectories kept")
@@ -103,15 +109,22 @@ def windows_plot(frame: pl.DataFrame) -> str:
 
 
 def pnl_plot(frame: pl.DataFrame) -> str:
-    ordered = frame.sort("window_start")
-    windows = ordered["window_id"].unique(maintain_order=True).to_list()
-    data = [ordered.filter(pl.col("window_id") == w)["pnl"].to_list() for w in windows]
+    """Mean P&L per window with the range of its agents: is there a spread to learn from, window by window?"""
+    per_window = (frame.group_by("window_start", "split")
+                  .agg(mean=pl.col("pnl").mean(), low=pl.col("pnl").quantile(0.1), high=pl.col("pnl").quantile(0.9))
+                  .sort("window_start"))
     fig, ax = _figure()
-    ax.boxplot(data, showfliers=True, flierprops={"markersize": 2})
-    step = max(1, len(windows) // 12)
-    ax.set_xticks(range(1, len(windows) + 1, step), [w[5:] for w in windows[::step]], rotation=30, fontsize=7)
+    for split, color in SPLIT_COLORS.items():
+        part = per_window.filter(pl.col("split") == split)
+        if part.is_empty():
+            continue
+        x = part["window_start"].to_list()
+        ax.fill_between(x, part["low"].to_list(), part["high"].to_list(), color=color, alpha=0.2, linewidth=0)
+        ax.plot(x, part["mean"].to_list(), color=color, linewidth=1, label=f"{split}: mean (band: 10th-90th percentile)")
     ax.axhline(0, color="#999", linewidth=0.8)
     ax.set_ylabel("P&L per trajectory ($)")
+    ax.legend(fontsize=8)
+    fig.autofmt_xdate()
     return _svg(fig)
 
 
@@ -120,7 +133,7 @@ def score_plot(frame: pl.DataFrame) -> str | None:
     if scored.is_empty():
         return None
     fig, ax = _figure(6, 4)
-    for split, color in (("train", "tab:blue"), ("eval", "tab:orange")):
+    for split, color in SPLIT_COLORS.items():
         part = scored.filter(pl.col("split") == split)
         ax.scatter(part["pnl"].to_list(), part["score"].to_list(), s=6, alpha=0.5, color=color, label=split)
     ax.set_xlabel("P&L ($)")
@@ -129,20 +142,74 @@ def score_plot(frame: pl.DataFrame) -> str | None:
     return _svg(fig)
 
 
+def _smooth(values: list[float], width: int) -> list[float]:
+    """Trailing mean over `width` steps: the trend through the step-to-step noise."""
+    return [sum(values[max(0, i - width + 1) : i + 1]) / (i - max(0, i - width + 1) + 1) for i in range(len(values))]
+
+
 def curves_plot(metrics: list[dict]) -> str | None:
+    """Training curves, each raw (faint) and smoothed: reward, and for on-policy runs how often the answers are valid and right."""
     if not metrics:
         return None
     steps = [int(m["step"]) for m in metrics]
+    panels = [("reward_mean", "mean reward of the step's answers", "tab:blue"), ("loss", "loss", "tab:red")]
+    if "correct_rate" in metrics[0]:
+        panels.insert(1, ("correct_rate", "share of sampled answers right in direction", "tab:green"))
+        panels.insert(2, ("valid_rate", "share of sampled answers that are valid actions", "tab:gray"))
+    _use_agg()
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3))
+    width = max(2, len(steps) // 8)
+    for ax, (key, title, color) in zip(axes, panels):
+        values = [float(m[key]) for m in metrics]
+        ax.plot(steps, values, color=color, alpha=0.3, linewidth=1)
+        ax.plot(steps, _smooth(values, width), color=color, linewidth=2, label=f"trailing mean of {width}")
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def policies_plot(evaluation: dict | None) -> str | None:
+    """Each policy's held-out direction accuracy and P&L per decision with its 95 % interval: compared to what, how sure?"""
+    if not evaluation:
+        return None
+    _use_agg()
+    import matplotlib.pyplot as plt
+
+    policies = evaluation["policies"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 * len(policies) + 1.5))
+    for ax, key, label in ((axes[0], "direction_accuracy", "direction accuracy"), (axes[1], "pnl_per_decision", "P&L per decision ($)")):
+        for row, p in enumerate(policies):
+            m = p["metrics"][key]
+            color = "tab:green" if p["role"] == "model" else "tab:gray"
+            ax.errorbar([m["value"]], [row], xerr=[[m["value"] - m["low"]], [m["high"] - m["value"]]], fmt="o", color=color, capsize=3)
+        ax.set_yticks(range(len(policies)), [p["name"] for p in policies], fontsize=8)
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+    axes[1].axvline(0, color="#999", linewidth=0.8)
+    return _svg(fig)
+
+
+def heldout_curve_plot(curve: list[dict] | None) -> str | None:
+    """bench/bench_learning.py's curve: held-out accuracy and P&L per decision after each number of steps."""
+    if not curve:
+        return None
     _use_agg()
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    left.plot(steps, [float(m["reward_mean"]) for m in metrics], marker="o", markersize=3)
-    left.set_title("reward (mean judge score of the step's groups)", fontsize=9)
-    right.plot(steps, [float(m["loss"]) for m in metrics], marker="o", markersize=3, color="tab:red")
-    right.set_title("loss", fontsize=9)
-    for ax in (left, right):
-        ax.set_xlabel("step")
+    steps = [c["step"] for c in curve]
+    for ax, key, label in ((left, "direction_accuracy", "held-out direction accuracy"), (right, "pnl_per_decision", "held-out P&L per decision ($)")):
+        ax.plot(steps, [c[key] for c in curve], marker="o", color="tab:green", label="trained policy")
+        ax.fill_between(steps, [c[f"{key}_low"] for c in curve], [c[f"{key}_high"] for c in curve], color="tab:green", alpha=0.15)
+        for name, style in (("constant", "--"), ("news_rule", ":")):
+            if f"{name}_{key}" in curve[0]:
+                ax.axhline(curve[0][f"{name}_{key}"], linestyle=style, color="#555", label=name.replace("_", " "))
+        ax.set_xlabel("training step")
+        ax.set_title(label, fontsize=9)
+        ax.legend(fontsize=7)
     return _svg(fig)
 
 
@@ -159,16 +226,38 @@ def eval_html(evaluation: dict | None) -> str:
         cells.append(f"{html.escape(p.get('top_answer', ''))} {p.get('top_answer_share', 0.0):.0%}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     comparisons = "".join(
-        f"<li>model vs {html.escape(role)}: direction accuracy {c['direction_accuracy_diff']['value']:+.3f} "
-        f"[{c['direction_accuracy_diff']['low']:+.3f}, {c['direction_accuracy_diff']['high']:+.3f}]"
-        f"{' (outside the interval)' if c['beats_outside_interval'] else ''}</li>"
+        f"<li>trained model vs {html.escape(role)}: direction accuracy {c['direction_accuracy_diff']['value']:+.3f} "
+        f"[{c['direction_accuracy_diff']['low']:+.3f}, {c['direction_accuracy_diff']['high']:+.3f}], P&amp;L per decision "
+        f"{c['pnl_per_decision_diff']['value']:+.2f} [{c['pnl_per_decision_diff']['low']:+.2f}, {c['pnl_per_decision_diff']['high']:+.2f}]: "
+        f"<b>{'beats it' if c['beats_outside_interval'] else 'does not beat it'}</b> beyond the interval</li>"
         for role, c in evaluation.get("comparison", {}).items())
-    if "learning_shown" in evaluation:
-        comparisons += f"<li>learning shown (beats the baseline and the best constant action): {evaluation['learning_shown']}</li>"
-    return (f"<p>{evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
+    return (f"{verdict_html(evaluation)}<p>{evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
             f"{html.escape(evaluation['dataset'])}; 95 % bootstrap intervals over windows ({evaluation['bootstrap']['resamples']} resamples).</p>"
             '<table id="eval-table"><tr><th>policy</th><th>direction accuracy</th><th>P&amp;L per decision</th><th>valid</th><th>most frequent answer</th></tr>'
             + "".join(rows) + f"</table><ul>{comparisons}</ul>")
+
+
+METRICS_HTML = (
+    "<ul><li><b>direction accuracy</b>: the share of decisions whose action was right about what the market did next "
+    "(a buy when the stock then rose more than the threshold, a sell when it fell, a bet on the side that won, a hold when nothing moved).</li>"
+    "<li><b>P&amp;L per decision</b>: the dollars the answer would have made, each trade marked to the window's end price and each bet "
+    "settled by its market, averaged over decisions (hold and invalid answers: 0).</li>"
+    "<li><b>valid</b>: the share of answers that parse as an action on a stock or market of that window.</li>"
+    "<li>The brackets are 95 % bootstrap intervals over held-out windows; a difference counts only when its own paired interval excludes 0.</li></ul>"
+)
+
+
+def verdict_html(evaluation: dict) -> str:
+    """Why learning is or is not shown, in words."""
+    comparison = evaluation.get("comparison", {})
+    beaten = [role for role, c in comparison.items() if c["beats_outside_interval"]]
+    missed = [role for role, c in comparison.items() if not c["beats_outside_interval"]]
+    if evaluation.get("learning_shown"):
+        return (f"<p class='verdict'><b>Learning shown.</b> On windows no training or selection step read, the trained model beats "
+                f"{', '.join(beaten)} on both direction accuracy and P&amp;L per decision, each beyond its 95 % interval.</p>")
+    reason = (f"it does not beat {', '.join(missed)} beyond the 95 % interval on both direction accuracy and P&amp;L per decision"
+              if missed else "a required reference (the base model or the best constant action) is missing from this evaluation")
+    return f"<p class='verdict'><b>Learning NOT shown</b>: {reason}.</p>"
 
 
 def _section(title: str, svg: str | None, caption: str) -> str:
@@ -179,17 +268,22 @@ def _section(title: str, svg: str | None, caption: str) -> str:
 def render(data: RunData) -> str:
     c = data.config
     sections = [
-        _section("Windows and agents over time", windows_plot(data.dataset), "Agents per window (bars) and trajectories kept in the dataset (dots)."),
-        _section("P&L distribution per window", pnl_plot(data.dataset), "P&L of each trajectory, one box per window."),
+        _section("Held-out results by policy", policies_plot(data.eval),
+                 "Compared to what, and how sure? Each policy's value on the held-out windows with its 95 % interval; green is the trained model."),
+        _section("Held-out curve", heldout_curve_plot(data.curve),
+                 "Did it learn, step by step? Held-out accuracy and P&L after each number of training steps (bench/bench_learning.py)."),
+        _section("Training curves", curves_plot(data.metrics),
+                 f"What training saw, per step ({len(data.metrics)} steps of metrics.csv): faint raw values, bold the trailing mean."),
+        _section("Windows and agents over time", windows_plot(data.dataset), "Agents per window (bars) and trajectories kept in the dataset (dots), by split."),
+        _section("P&L per window", pnl_plot(data.dataset), "How much the logged agents' P&L differed within each window: the spread a judge and a learner work with."),
         _section("Judge score vs P&L", score_plot(data.dataset), "One dot per trajectory: the judge's score against its realised P&L."),
-        _section("Reward and loss", curves_plot(data.metrics), f"From metrics.csv ({len(data.metrics)} steps)."),
     ]
     created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>babylon-rl run {html.escape(data.name)}</title>"
             f"<style>{STYLE}</style></head><body><h1>Run {html.escape(data.name)}</h1>"
             f"<p>dataset {html.escape(str(c.get('dataset')))}, base model {html.escape(str(c.get('base_model')))}, "
             f"backend {html.escape(str(c.get('backend')))}, learning rate {c.get('learning_rate')}; generated {created}.</p>"
-            f"<section><h2>Replay evaluation on held-out windows</h2>{eval_html(data.eval)}</section>"
+            f"<section><h2>Replay evaluation on held-out windows</h2>{eval_html(data.eval)}{METRICS_HTML}</section>"
             + "".join(sections) + "</body></html>\n")
 
 

@@ -39,10 +39,11 @@ def mixed(home: Path) -> pl.DataFrame:
 
 
 def load(home: Path, name: str) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
+    """The manifest, the windows before the held-out ones (train, then validation) and the eval split."""
     base = home / "datasets" / name
     return (
         json.loads((base / "manifest.json").read_text()),
-        pl.read_parquet(base / "train.parquet"),
+        pl.concat([pl.read_parquet(base / "train.parquet"), pl.read_parquet(base / "validation.parquet")]),
         pl.read_parquet(base / "eval.parquet"),
     )
 
@@ -71,13 +72,11 @@ def test_build_groups_split_and_columns(run_cli, home: Path, mixed: pl.DataFrame
     assert per_window["agents"].min() >= 5
     assert per_window["n"].max() <= 8
     assert (per_window["n"] == per_window["size"]).all()
-    assert set(train["split"]) == {"train"} and set(ev["split"]) == {"eval"}
-    assert not set(train["window_id"]) & set(ev["window_id"])
-    assert ev["window_start"].min() > train["window_start"].max()
+    assert set(ev["split"]) == {"eval"}
     windows = per_window.height
     assert ev["window_id"].n_unique() == math.ceil(0.1 * windows)
     assert manifest["counts"]["windows"] == windows
-    assert manifest["counts"]["splits"]["train"]["trajectories"] == train.height
+    assert manifest["counts"]["splits"]["train"]["trajectories"] + manifest["counts"]["splits"]["validation"]["trajectories"] == train.height
     assert manifest["source_snapshot_id"] == "snap-2"
     assert manifest["model_versions"] == {"babylon.training_samples": "fp-ts-1", "babylon.windows": "fp-w-1"}
     assert manifest["parameters"]["target_trajectories"] == 60 and manifest["seed"] == 0
@@ -85,6 +84,28 @@ def test_build_groups_split_and_columns(run_cli, home: Path, mixed: pl.DataFrame
     best = both.filter(pl.col("pnl_rank") == 1).group_by("window_id").agg(pl.col("pnl").max())
     top = both.group_by("window_id").agg(pl.col("pnl").max())
     assert best.sort("window_id").equals(top.sort("window_id"))
+
+
+def test_windows_split_by_time_into_train_validation_and_eval(run_cli, home: Path, mixed: pl.DataFrame) -> None:
+    ok(run_cli("dataset", "build", "--name", "t", "--target-trajectories", "60", "--validation-fraction", "0.2", "--eval-fraction", "0.2"))
+    base = home / "datasets" / "t"
+    splits = {s: pl.read_parquet(base / f"{s}.parquet") for s in ("train", "validation", "eval")}
+    manifest = json.loads((base / "manifest.json").read_text())
+    assert all(frame.height for frame in splits.values())
+    assert splits["train"]["window_start"].max() < splits["validation"]["window_start"].min()
+    assert splits["validation"]["window_start"].max() < splits["eval"]["window_start"].min()
+    for a, b in (("train", "validation"), ("train", "eval"), ("validation", "eval")):
+        assert not set(splits[a]["trajectory_id"]) & set(splits[b]["trajectory_id"])
+        assert not set(splits[a]["window_id"]) & set(splits[b]["window_id"])
+    for split, frame in splits.items():
+        assert set(frame["split"]) == {split}
+        assert manifest["split_windows"][split] == sorted(frame["window_id"].unique().to_list())
+        assert manifest["counts"]["splits"][split]["trajectories"] == frame.height
+    assert manifest["eval_trajectory_ids"] == sorted(splits["eval"]["trajectory_id"].to_list())
+    ok(run_cli("dataset", "build", "--name", "nov", "--target-trajectories", "60", "--validation-fraction", "0"))
+    assert pl.read_parquet(home / "datasets" / "nov" / "validation.parquet").height == 0
+    fails(run_cli("dataset", "build", "--name", "bad", "--validation-fraction", "0.6", "--eval-fraction", "0.5"),
+          "--validation-fraction + --eval-fraction must be below 1")
 
 
 def test_dropout_rate_follows_the_formula(run_cli, home: Path, mixed: pl.DataFrame) -> None:
@@ -287,14 +308,14 @@ def test_export_jsonl(run_cli, home: Path, mixed: pl.DataFrame, tmp_path: Path) 
     assert len(lines) == train.height + ev.height
     assert set(lines[0]) == {"messages", "trajectory_id", "window_id", "split"}
     assert all(m["role"] in {"system", "user", "assistant"} for line in lines for m in line["messages"])
-    assert {line["split"] for line in lines} == {"train", "eval"}
+    assert {line["split"] for line in lines} == {"train", "validation", "eval"}
 
 
 def test_export_dpo(run_cli, home: Path, tmp_path: Path) -> None:
     specs = f.hourly(8, 6)
     specs[3].pnl = [5.0] * 6  # no signal: skipped
     make_warehouse(home, specs)
-    ok(run_cli("dataset", "build", "--name", "p", "--eval-fraction", "0.25"))
+    ok(run_cli("dataset", "build", "--name", "p", "--eval-fraction", "0.25", "--validation-fraction", "0"))
     out = tmp_path / "p.dpo.jsonl"
     result = run_cli("dataset", "export", "p", "--format", "dpo", "--output", str(out))
     ok(result)

@@ -76,10 +76,10 @@ def write_dataset(
     path.mkdir(parents=True, exist_ok=True)
     rows, scores = [], []
     start = datetime(2025, 1, 15, 0, 0)
-    for w in range(windows + eval_windows):
+    for w in range(windows + 2 * eval_windows):  # train, then `eval_windows` validation windows, then as many eval ones
         window_start = start + timedelta(hours=w)
         window_id = window_start.strftime("%Y-%m-%dT%H:%M")
-        split = "train" if w < windows else "eval"
+        split = "train" if w < windows else "validation" if w < windows + eval_windows else "eval"
         flat = flat_every and (w % flat_every == flat_every - 1) and split == "train"
         for a in range(agents):
             quality = 0.5 if flat else (a + 0.5) / agents
@@ -98,7 +98,7 @@ def write_dataset(
                 "judge": "factory", "judge_model": "none", "rubric_version": "test-1", "no_signal": bool(flat),
             })
     frame = pl.DataFrame(rows)
-    for split in ("train", "eval"):
+    for split in ("train", "validation", "eval"):
         frame.filter(pl.col("split") == split).write_parquet(path / f"{split}.parquet")
     if with_scores:
         pl.DataFrame(scores).write_parquet(path / "scores.parquet")

@@ -62,8 +62,13 @@ def _kept_rows(candidates: pl.DataFrame, chosen: sampling.Plan) -> pl.DataFrame:
 
 
 def _split_frames(kept: pl.DataFrame, chosen: sampling.Plan) -> dict[str, pl.DataFrame]:
-    n_train = int((chosen.rows["split"] == "train").sum())
-    return {"train": kept.slice(0, n_train), "eval": kept.slice(n_train)}
+    """Rows come ordered train, validation, eval (sampling._split): one slice each."""
+    frames, start = {}, 0
+    for split in store.SPLITS:
+        n = int((chosen.rows["split"] == split).sum())
+        frames[split] = kept.slice(start, n)
+        start += n
+    return frames
 
 
 def _counts(frame: pl.DataFrame) -> dict:
@@ -87,7 +92,7 @@ def _manifest(
     anchor: str | None,
 ) -> dict:
     per_split = {split: _counts(frame) for split, frame in frames.items()}
-    total = {key: per_split["train"][key] + per_split["eval"][key] for key in ("trajectories", "windows", "groups", "no_signal_groups")}
+    total = {key: sum(c[key] for c in per_split.values()) for key in ("trajectories", "windows", "groups", "no_signal_groups")}
     dropout = asdict(chosen.dropout) | {"removed_fraction": chosen.dropout.removed_fraction}
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -97,6 +102,9 @@ def _manifest(
         "seed": params.seed,
         "newest_window": anchor,
         "counts": total | {"splits": per_split, "dropped": dropout["removed_by_cap"] + dropout["removed_by_dropout"]},
+        # what is held out, by id: a test checks that nothing training or selection read is in it
+        "split_windows": {split: sorted(frame["window_id"].unique().to_list()) for split, frame in frames.items()},
+        "eval_trajectory_ids": sorted(frames["eval"]["trajectory_id"].to_list()),
         "dropout": dropout,
         "source_snapshot_id": snapshot_id,
         "model_versions": models,

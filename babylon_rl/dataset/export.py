@@ -44,7 +44,7 @@ def export(home: Home, name: str, fmt: str, output: Path | None) -> ExportResult
     path = output or home.exports / f"{name}.{fmt}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
-        frame = pl.concat([store.read_split(home, name, split) for split in store.SPLITS])
+        frame = pl.concat([store.read_split(home, name, split) for split in store.SPLITS if (store.dataset_dir(home, name) / f"{split}.parquet").exists()])
         lines, result = _jsonl_lines(frame), {}
     else:
         lines, result = _dpo_lines(store.read_split(home, name, "train"))

@@ -33,6 +33,7 @@ class BuildParams:
     min_actions: int = 5
     seed: int = 0
     eval_fraction: float = 0.1
+    validation_fraction: float = 0.1  # of the windows before the eval ones: what selection (keep-best, constants) reads
     windows: tuple[str, ...] = ()
     since: datetime | None = None
     until: datetime | None = None
@@ -43,6 +44,9 @@ class BuildParams:
         _check(self.target_trajectories >= 1, f"--target-trajectories must be at least 1, got {self.target_trajectories}")
         _check(0 <= self.max_dropout < 1, f"--max-dropout must be in [0, 1), got {self.max_dropout}")
         _check(0 <= self.eval_fraction < 1, f"--eval-fraction must be in [0, 1), got {self.eval_fraction}")
+        _check(0 <= self.validation_fraction < 1, f"--validation-fraction must be in [0, 1), got {self.validation_fraction}")
+        _check(self.eval_fraction + self.validation_fraction < 1,
+               f"--validation-fraction + --eval-fraction must be below 1 (train needs windows), got {self.validation_fraction + self.eval_fraction}")
         _check(self.min_agents >= 1, f"--min-agents must be at least 1, got {self.min_agents}")
         _check(
             self.max_group_size >= self.min_agents,

@@ -1,4 +1,4 @@
-"""Group cap, dropout inside windows, group features and the train/eval split, all in Polars.
+"""Group cap, dropout inside windows, group features and the train/validation/eval split, all in Polars.
 
 Works on the candidates without their messages (a few numeric columns per row);
 the result names the rows to keep, in output order, with their computed columns.
@@ -52,6 +52,7 @@ class Plan:
     rows: pl.DataFrame  # row (index into the candidates) + computed columns, in output order
     dropout: DropoutReport
     eval_windows: int
+    validation_windows: int = 0
 
 
 def dropout_rate(available: int, target: int, max_dropout: float) -> float:
@@ -72,8 +73,8 @@ def plan(candidates: pl.DataFrame, params: BuildParams) -> Plan:
     windows, report = _allocate(windows, params)
     kept = rows.join(windows.select("window_id", "keep"), on="window_id").filter(pl.col("pos") < pl.col("keep"))
     kept = _group_features(kept)
-    kept, eval_windows = _split(kept, params.eval_fraction)
-    return Plan(rows=kept, dropout=report, eval_windows=eval_windows)
+    kept, eval_windows, validation_windows = _split(kept, params.validation_fraction, params.eval_fraction)
+    return Plan(rows=kept, dropout=report, eval_windows=eval_windows, validation_windows=validation_windows)
 
 
 def _order_in_windows(rows: pl.DataFrame) -> pl.DataFrame:
@@ -146,13 +147,21 @@ def _group_features(kept: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _split(kept: pl.DataFrame, eval_fraction: float) -> tuple[pl.DataFrame, int]:
+SPLIT_ORDER = {"train": 0, "validation": 1, "eval": 2}
+
+
+def _split(kept: pl.DataFrame, validation_fraction: float, eval_fraction: float) -> tuple[pl.DataFrame, int, int]:
+    """Windows by time: train (earliest), validation (next), eval (latest); rows ordered train, validation, eval."""
     order = kept.select("window_start", "window_id").unique().sort("window_start", "window_id")
     n_eval = eval_window_count(order.height, eval_fraction)
+    n_validation = min(eval_window_count(order.height, validation_fraction), max(0, order.height - n_eval - 1))
+    position = pl.int_range(pl.len())
     order = order.with_columns(
-        split=pl.when(pl.int_range(pl.len()) >= order.height - n_eval).then(pl.lit("eval")).otherwise(pl.lit("train"))
+        split=pl.when(position >= order.height - n_eval).then(pl.lit("eval"))
+        .when(position >= order.height - n_eval - n_validation).then(pl.lit("validation"))
+        .otherwise(pl.lit("train"))
     )
     kept = kept.join(order.select("window_id", "split"), on="window_id")
-    kept = kept.sort(pl.col("split") == "eval", "window_start", "window_id", "trajectory_id")
+    kept = kept.sort(pl.col("split").replace_strict(SPLIT_ORDER, return_dtype=pl.Int8), "window_start", "window_id", "trajectory_id")
     columns = ["row", "pnl_rank", "pnl_zscore", "group_size", "no_signal", "split"]
-    return kept.select(columns), n_eval
+    return kept.select(columns), n_eval, n_validation

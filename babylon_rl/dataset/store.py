@@ -17,7 +17,7 @@ from babylon_rl.dataset.params import validate_name
 from babylon_rl.errors import DatasetError
 from babylon_rl.settings import Home
 
-SPLITS = ("train", "eval")
+SPLITS = ("train", "validation", "eval")
 MANIFEST = "manifest.json"
 # The ground truth of every window in the dataset, for the judge only.
 CONTEXTS = "contexts.parquet"

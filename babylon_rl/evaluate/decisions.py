@@ -3,8 +3,9 @@
 A decision point is an assistant turn that answers a request for an action: the user turn
 right before it mentions a JSON action (as every action prompt of the game does), or the
 logged answer itself parses as an action. Free-text reasoning turns ("Think it through...")
-are context, not decisions. The prompt is every message before that turn: the agent's system
-prompt, its earlier observations and answers; never the ground truth.
+are context, not decisions. `Decision.prompt` is every logged message before that turn;
+what a model is asked is `Decision.request`, the compact observation-only prompt of that step
+(prompts.py): never the agent's own analysis, never the ground truth.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.prompts import DecisionPrompt, decision_prompt
 from babylon_rl.evaluate.scoring import GroundTruth
 
 COLUMNS = ["trajectory_id", "window_id", "agent_id", "messages"]
@@ -36,6 +39,11 @@ class Decision:
         users = [m for m in self.prompt if m.get("role") == "user"]
         return str(users[-1].get("content", "")) if users else ""
 
+    @property
+    def request(self) -> DecisionPrompt:
+        """What a model under test answers: the observation of this step alone, compact."""
+        return decision_prompt(self.observation)
+
 
 @dataclass(frozen=True)
 class EvalSet:
@@ -46,6 +54,21 @@ class EvalSet:
     @property
     def windows(self) -> list[str]:
         return sorted({d.window_id for d in self.decisions})
+
+    def sample(self, per_window: int | None, seed: int) -> "EvalSet":
+        """At most `per_window` decisions of each window, drawn with a seed (the same set on every run); None: all."""
+        if per_window is None:
+            return self
+        by_window: dict[str, list[Decision]] = {}
+        for decision in self.decisions:
+            by_window.setdefault(decision.window_id, []).append(decision)
+        rng = np.random.default_rng(seed)
+        kept = []
+        for window in sorted(by_window):
+            found = by_window[window]
+            chosen = sorted(rng.choice(len(found), per_window, replace=False)) if len(found) > per_window else range(len(found))
+            kept += [found[i] for i in chosen]
+        return EvalSet(self.dataset, kept, self.truths)
 
 
 def _asks_for_action(message: dict) -> bool:
@@ -63,11 +86,14 @@ def decision_points(window_id: str, trajectory_id: str, agent_id: str, messages:
     return points
 
 
-def read_truths(dataset_path: Path, name: str) -> dict[str, GroundTruth]:
+def read_truths(dataset_path: Path, name: str, windows: set[str] | None = None) -> dict[str, GroundTruth]:
+    """The ground truth of the dataset's windows (of `windows` only, when given: training never reads the eval ones)."""
     contexts_file = dataset_path / "contexts.parquet"
     if not contexts_file.exists():
         raise ConfigError(f"dataset {name!r} has no ground truth ({contexts_file} is missing): rebuild it with python cli.py dataset build --name {name} --force")
     contexts = pl.read_parquet(contexts_file, columns=["window_id", "stocks_json", "prediction_markets_json"])
+    if windows is not None:
+        contexts = contexts.filter(pl.col("window_id").is_in(sorted(windows)))
     return {r["window_id"]: GroundTruth.from_json(r["window_id"], r["stocks_json"], r["prediction_markets_json"])
             for r in contexts.iter_rows(named=True)}
 
@@ -98,9 +124,20 @@ def load_eval_set(dataset_path: Path, name: str) -> EvalSet:
     return EvalSet(name, decisions, truths)
 
 
-def load_train_decisions(dataset_path: Path, truths: dict[str, GroundTruth]) -> list[Decision]:
-    """The decision points of the training windows (never the eval ones); empty without a train split."""
-    train_file = dataset_path / "train.parquet"
-    if not train_file.exists():
-        return []
-    return read_decisions(pl.read_parquet(train_file, columns=COLUMNS), truths)
+@dataclass(frozen=True)
+class SelectionSet:
+    """The decisions of the train and validation windows, with their ground truth: what choices may read."""
+
+    decisions: list[Decision]
+    truths: dict[str, GroundTruth]
+
+
+def load_train_decisions(dataset_path: Path, name: str) -> SelectionSet:
+    """The decision points of the train and validation windows (never the eval ones); empty without them."""
+    frames = [pl.read_parquet(dataset_path / f"{split}.parquet", columns=COLUMNS)
+              for split in ("train", "validation") if (dataset_path / f"{split}.parquet").exists()]
+    if not frames:
+        return SelectionSet([], {})
+    rows = pl.concat(frames)
+    truths = read_truths(dataset_path, name, set(rows["window_id"].unique()))
+    return SelectionSet(read_decisions(rows, truths), truths)

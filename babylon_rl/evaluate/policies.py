@@ -1,10 +1,10 @@
 """Who answers the decision points: the logged agents, a local model or an OpenAI-compatible endpoint.
 
-A policy maps prompts (chat message lists) to answer texts, in order. Local models answer
-greedily in batches (left padding, `max_new_tokens` bounded); a prompt longer than the
-model's context is fitted with `fit_context` (system prompt + the latest exchanges that fit),
-the same rule the trainer uses to chunk long conversations. Endpoints get the full prompt,
-temperature 0, and a failed request counts as an invalid answer.
+A policy maps decision prompts (`prompts.DecisionPrompt`: the compact observation of one step)
+to answer texts, in order. Local models answer greedily in batches through the same decoding
+as training (`babylon_rl.policy`: the answer opened with `{"action": "`, stopped at its `}`).
+Endpoints get the prompt's messages, temperature 0, and a failed request counts as an invalid
+answer.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.settings import Home
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
@@ -25,7 +26,7 @@ Progress = Callable[[int], None]
 class Policy(Protocol):
     name: str
 
-    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]: ...
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]: ...
 
 
 @dataclass
@@ -35,7 +36,7 @@ class LoggedPolicy:
     answers: list[str]
     name: str = "logged agents"
 
-    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         on_done(len(prompts))
         return list(self.answers)
 
@@ -47,7 +48,7 @@ class ConstantPolicy:
     text: str
     name: str
 
-    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         on_done(len(prompts))
         return [self.text] * len(prompts)
 
@@ -116,8 +117,9 @@ def default_baseline(ref: ModelRef, home: Home) -> str | None:
 class LocalPolicy:
     ref: ModelRef
     name: str
-    max_new_tokens: int = 48
+    max_new_tokens: int = 32
     batch_size: int = 16
+    device: str = "cpu"
     _model: object = field(default=None, repr=False)
     _tokenizer: object = field(default=None, repr=False)
 
@@ -141,53 +143,19 @@ class LocalPolicy:
                 model = PeftModel.from_pretrained(base, str(self.ref.path))
         else:
             model = AutoModelForCausalLM.from_pretrained(str(self.ref.path))
-        model.eval()
+        model.to(self.device).eval()
         set_threads(model)
-        tokenizer.padding_side = "left"
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self._model, self._tokenizer = model, tokenizer
         return self
 
-    @property
-    def context_budget(self) -> int | None:
-        limit = getattr(self._model.config, "max_position_embeddings", None)
-        return int(limit) - self.max_new_tokens if limit else None
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
+        from babylon_rl.policy import greedy_answers
 
-    def _encode(self, prompt: Sequence[dict]) -> list[int]:
-        from babylon_rl.train.data import fit_context
-
-        messages = list(prompt)
-        budget = self.context_budget
-        if budget:
-            messages = fit_context(self._tokenizer, messages, budget)
-        ids = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-        return list(ids)[-budget:] if budget else list(ids)
-
-    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
         if self._model is None:
             self.load()
-        encoded = [self._encode(p) for p in prompts]
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths batch together
-        answers = [""] * len(encoded)
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            for i, text in zip(batch, self._generate([encoded[i] for i in batch])):
-                answers[i] = text
-            on_done(len(batch))
-        return answers
-
-    def _generate(self, batch: list[list[int]]) -> list[str]:
-        import torch
-
-        tok = self._tokenizer
-        width = max(len(ids) for ids in batch)
-        ids = torch.tensor([[tok.pad_token_id] * (width - len(x)) + x for x in batch])
-        attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
-        with torch.no_grad():
-            out = self._model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=self.max_new_tokens,
-                                       do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        return [tok.decode(row[width:], skip_special_tokens=True).strip() for row in out]
+        return greedy_answers(self._model, self._tokenizer, list(prompts), self.device, self.max_new_tokens, self.batch_size, on_done)
 
 
 @dataclass
@@ -204,10 +172,10 @@ class EndpointPolicy:
     failures: int = 0
     last_error: str = ""
 
-    def answer(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         return asyncio.run(self._answer_all(prompts, on_done))
 
-    async def _answer_all(self, prompts: Sequence[Sequence[dict]], on_done: Progress) -> list[str]:
+    async def _answer_all(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         import os
 
         from openai import AsyncOpenAI
@@ -216,9 +184,9 @@ class EndpointPolicy:
                              timeout=self.timeout, max_retries=self.max_retries)
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(prompt: Sequence[dict]) -> str:
+        async def one(prompt: DecisionPrompt) -> str:
             async with gate:
-                text = await self._complete(client, prompt)
+                text = await self._complete(client, prompt.messages)
             on_done(1)
             return text
 

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -35,9 +35,12 @@ METRICS = ("direction_accuracy", "pnl_per_decision", "valid_rate")
 CSV_COLUMNS = ["policy", "role", "model", "windows", "decisions"] + [
     f"{m}{suffix}" for m in METRICS for suffix in ("", "_low", "_high")] + [f"share_{k}" for k in KINDS + ("invalid",)] + [
     "top_answer", "top_answer_share"]
-# The references a trained model must beat outside the interval before the evaluation says it learnt:
-# the model it was trained from, and the best answer that ignores the observation (constant.py).
-LEARNING_REFERENCES = ("baseline", "constant")
+# The references a trained model must beat beyond the interval, on direction accuracy AND P&L per
+# decision, before the evaluation says it learnt: the model it was trained from, the best answer
+# that ignores the observation (constant.py), the logged agents, and (when given) the same model
+# trained for the same budget to imitate every logged answer. The first two must be present.
+LEARNING_REFERENCES = ("baseline", "constant", "logged", "imitation")
+REQUIRED_REFERENCES = ("baseline", "constant")
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,15 @@ class EvalOptions:
     dataset: str
     base_url: str | None = None
     baseline: str | None = None  # None: the run's base model; "none": no baseline
-    max_new_tokens: int = 48
+    imitation: str | None = None  # a model trained to imitate the logged answers (the same budget), compared too
+    max_new_tokens: int = 32
     batch_size: int = 16
     concurrency: int = 8
     resamples: int = DEFAULT_RESAMPLES
     seed: int = 0
     threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    device: str = "auto"
+    max_decisions_per_window: int | None = None  # a seeded sample of each eval window's decisions (CPU budgets)
 
 
 @dataclass
@@ -98,8 +104,10 @@ class EvalResult:
 
     @property
     def learning_shown(self) -> bool:
-        """The trained model beats every learning reference outside the interval (all of them present)."""
-        return all(self.comparison.get(role, {}).get("beats_outside_interval", False) for role in LEARNING_REFERENCES)
+        """The trained model beats every learning reference present beyond the interval; baseline and constant must be there."""
+        present = [role for role in LEARNING_REFERENCES if role in self.comparison]
+        return all(role in present for role in REQUIRED_REFERENCES) and all(
+            self.comparison[role]["beats_outside_interval"] for role in present)
 
     def to_dict(self) -> dict:
         o = self.options
@@ -118,9 +126,14 @@ class EvalResult:
 # -- the evaluation ---------------------------------------------------------------------
 def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> EvalResult:
     """Score the logged agents, the best constant action, the baseline and the model on the dataset's eval windows."""
-    path = home.datasets / options.dataset
-    eval_set = load_eval_set(path, options.dataset)
-    constant = best_constant(load_train_decisions(path, eval_set.truths), eval_set.truths, options.threshold_pct)
+    from babylon_rl.dataset.store import dataset_dir
+    from babylon_rl.train.models import resolve_device
+
+    options = replace(options, device=resolve_device(options.device))
+    path = dataset_dir(home, options.dataset)
+    eval_set = load_eval_set(path, options.dataset).sample(options.max_decisions_per_window, options.seed)
+    chosen_on = load_train_decisions(path, options.dataset)  # train + validation windows, never eval
+    constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct)
     model_policy, ref = _model_policy(home, options)
     policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]
     if constant:
@@ -128,9 +141,12 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     baseline = _baseline_policy(home, options, ref)
     if baseline:
         policies.append(("baseline", baseline))
+    if options.imitation:
+        imitation = resolve_model(home, options.imitation)
+        policies.append(("imitation", _local(imitation, f"imitation {_short(imitation.path, home)}", options)))
     policies.append(("model", model_policy))
 
-    prompts = [d.prompt for d in eval_set.decisions]
+    prompts = [d.request for d in eval_set.decisions]
     results = []
     for role, policy in policies:
         progress = on_policy(policy.name, len(prompts)) if on_policy else (lambda n: None)
@@ -151,7 +167,11 @@ def _model_policy(home: Home, options: EvalOptions) -> tuple[Policy, ModelRef | 
         return EndpointPolicy(options.base_url, options.model, f"model {options.model}", options.max_new_tokens,
                               options.concurrency), None
     ref = resolve_model(home, options.model)
-    return LocalPolicy(ref, f"model {_short(ref.path, home)}", options.max_new_tokens, options.batch_size).load(), ref
+    return _local(ref, f"model {_short(ref.path, home)}", options), ref
+
+
+def _local(ref: ModelRef, name: str, options: EvalOptions) -> LocalPolicy:
+    return LocalPolicy(ref, name, options.max_new_tokens, options.batch_size, options.device).load()
 
 
 def _baseline_policy(home: Home, options: EvalOptions, ref: ModelRef | None) -> Policy | None:
@@ -164,7 +184,7 @@ def _baseline_policy(home: Home, options: EvalOptions, ref: ModelRef | None) -> 
         if not options.base_url:
             raise
         return EndpointPolicy(options.base_url, wanted, f"baseline {wanted}", options.max_new_tokens, options.concurrency)
-    return LocalPolicy(base, f"baseline {_short(base.path, home)}", options.max_new_tokens, options.batch_size).load()
+    return _local(base, f"baseline {_short(base.path, home)}", options)
 
 
 def _short(path: Path, home: Home) -> str:
@@ -182,7 +202,7 @@ def answer_key(action: Action | None) -> str:
 
 
 def _score(role: str, policy: Policy, answers: list[str], eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
-    actions = [parse_action(answer) for answer in answers]
+    actions = [d.request.resolve(parse_action(answer)) for d, answer in zip(eval_set.decisions, answers)]
     outcomes = [
         score_action(action, read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct)
         for d, action in zip(eval_set.decisions, actions)
@@ -224,7 +244,7 @@ def _compare(results: list[PolicyResult], eval_set: EvalSet, indices: np.ndarray
         a, b = _per_window(model.outcomes, eval_set), _per_window(other.outcomes, eval_set)
         acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
         pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
-        beats = acc.low > 0 and model.metrics["direction_accuracy"].value > other.metrics["direction_accuracy"].high
+        beats = acc.low > 0 and pnl.low > 0  # both paired differences beyond their 95 % interval
         out[other.role] = {"direction_accuracy_diff": acc.to_dict(), "pnl_per_decision_diff": pnl.to_dict(),
                            "beats_outside_interval": bool(beats)}
     return out

@@ -21,7 +21,7 @@ import polars as pl
 
 from babylon_rl import db
 from babylon_rl.errors import ConfigError
-from babylon_rl.judge.dataset import SPLIT_FILES, dataset_dir
+from babylon_rl.judge.dataset import dataset_dir, split_files
 from babylon_rl.settings import Home
 
 
@@ -54,7 +54,7 @@ def _judge_scores(home: Home, name: str) -> dict[str, pl.DataFrame]:
 
 def _pnl(home: Home, name: str) -> pl.DataFrame:
     directory = dataset_dir(home, name)
-    frames = [pl.read_parquet(directory / f, columns=["trajectory_id", "window_id", "pnl"]) for f in SPLIT_FILES]
+    frames = [pl.read_parquet(f, columns=["trajectory_id", "window_id", "pnl"]) for f in split_files(directory)]
     return pl.concat(frames).rename({"pnl": "score"})
 
 

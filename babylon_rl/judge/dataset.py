@@ -13,7 +13,11 @@ import polars as pl
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 
-SPLIT_FILES = ("train.parquet", "eval.parquet")
+SPLIT_FILES = ("train.parquet", "eval.parquet")  # required; validation.parquet is read when there (datasets since the 3-way split)
+
+
+def split_files(path: Path) -> list[Path]:
+    return [path / f for f in ("train.parquet", "validation.parquet", "eval.parquet") if (path / f).is_file()]
 REQUIRED_COLUMNS = ("trajectory_id", "window_id", "messages", "pnl", "split")
 
 
@@ -73,7 +77,7 @@ def read_manifest(path: Path) -> dict:
 
 
 def _read_rows(path: Path) -> pl.DataFrame:
-    frames = [pl.read_parquet(path / f) for f in SPLIT_FILES]
+    frames = [pl.read_parquet(f) for f in split_files(path)]
     frame = pl.concat(frames, how="diagonal_relaxed")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:

@@ -49,6 +49,7 @@ class SimulationConfig:
     starting_balance: float = 10_000.0
     batch_windows: int = 10  # windows per write transaction
     personas: tuple[str, ...] = field(default=PERSONA_NAMES)
+    news_strength: float = 1.0  # scales the drift a headline gives its stock; 0: headlines say nothing about prices
 
     @property
     def dirt_rates(self) -> DirtRates:
@@ -72,6 +73,7 @@ class SimulationConfig:
             (1 <= self.news_per_window[0] <= self.news_per_window[1], "news_per_window must be a range (low >= 1, low <= high)"),
             (set(self.personas) <= set(PERSONA_NAMES) and self.personas, f"personas must come from {PERSONA_NAMES}"),
             (self.batch_windows >= 1, "batch_windows must be at least 1"),
+            (0.0 <= self.news_strength <= 10.0, f"--news-strength must be between 0 and 10, not {self.news_strength}"),
         ]
         for ok, message in checks:
             if not ok:

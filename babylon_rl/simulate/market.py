@@ -113,7 +113,7 @@ def generate_market(config: SimulationConfig, start: datetime) -> WindowMarket:
     rng = rng_for(config, key, STREAM_MARKET)
     minutes, n = config.window_minutes, len(config.tickers)
     news = _news(rng, config, minutes)
-    log_returns = _log_returns(rng, n, minutes, news)
+    log_returns = _log_returns(rng, n, minutes, news, config.news_strength)
     start_prices = base_prices(config) * np.exp(rng.normal(0.0, 0.08, n))
     paths = start_prices[:, None] * np.exp(np.concatenate([np.zeros((n, 1)), np.cumsum(log_returns, axis=1)], axis=1))
     prices = np.round(np.maximum(paths, 0.01), 2)
@@ -138,7 +138,9 @@ def _news(rng: np.random.Generator, config: SimulationConfig, minutes: int) -> l
     return events
 
 
-def _log_returns(rng: np.random.Generator, n: int, minutes: int, news: list[NewsEvent]) -> np.ndarray:
+def _log_returns(rng: np.random.Generator, n: int, minutes: int, news: list[NewsEvent], strength: float = 1.0) -> np.ndarray:
+    """Noise, jumps and each headline's drift times `strength`; the draws do not depend on it, so 1.0 is the
+    market of every earlier version and 0.0 the same market with headlines that carry no information."""
     drift = rng.normal(0.0, 0.00005, (n, 1))
     noise = rng.normal(0.0, MINUTE_SIGMA, (n, minutes))
     jumps = (rng.random((n, minutes)) < JUMP_PROB) * rng.normal(0.0, JUMP_SIGMA, (n, minutes))
@@ -151,7 +153,7 @@ def _log_returns(rng: np.random.Generator, n: int, minutes: int, news: list[News
         # The move starts the minute after the headline: index m is the move from minute m to m + 1.
         first, last = event.minute + 1, min(event.minute + 1 + lag, minutes)
         if last > first:
-            returns[event.ticker, first:last] += sign * size / lag
+            returns[event.ticker, first:last] += strength * sign * size / lag
     return returns
 
 

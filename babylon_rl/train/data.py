@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +59,12 @@ class ScoredDataset:
     path: Path
     manifest: dict
     train: list[Group]
-    eval: list[Group]
-    meta: dict = field(default_factory=dict)
+    validation: list[Group]  # what --eval-every and --keep-best read; the eval split is never loaded here
+
+    @property
+    def read_ids(self) -> list[str]:
+        """Every trajectory id training and selection read (train and validation; never eval)."""
+        return sorted({s.trajectory_id for g in self.train + self.validation for s in g.samples})
 
 
 def dataset_dir(home: Home, name: str) -> Path:
@@ -104,7 +108,7 @@ def load_scored_dataset(home: Home, name: str) -> ScoredDataset:
     manifest_path = path / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"name": name}
     splits = {}
-    for split in ("train", "eval"):
+    for split in ("train", "validation"):
         file = path / f"{split}.parquet"
         frame = pl.read_parquet(file, columns=["trajectory_id", "window_id", "messages"]) if file.exists() else None
         if frame is None or frame.is_empty():
@@ -120,14 +124,14 @@ def load_scored_dataset(home: Home, name: str) -> ScoredDataset:
         splits[split] = _groups(joined)
     if not splits["train"]:
         raise ConfigError(f"dataset {name!r} has no training trajectories in {path / 'train.parquet'}")
-    return ScoredDataset(name, path, manifest, splits["train"], splits["eval"])
+    return ScoredDataset(name, path, manifest, splits["train"], splits["validation"])
 
 
 def dataset_texts(home: Home, name: str) -> list[list[dict]]:
-    """Every conversation of the dataset (train and eval), for tokenizer training and warm start."""
+    """The train split's conversations, for the tiny model's tokenizer and warm start (never eval, never validation)."""
     path = dataset_dir(home, name)
     conversations = []
-    for split in ("train", "eval"):
+    for split in ("train",):
         file = path / f"{split}.parquet"
         if file.exists():
             conversations += [json.loads(m) for m in pl.read_parquet(file, columns=["messages"])["messages"]]
@@ -183,22 +187,41 @@ def pad_encoded(encoded: list[Encoded], pad_id: int):
 
 
 def encode_conversation(tokenizer, messages: list[dict], max_length: int) -> Encoded:
-    """Token ids of the whole chat and a mask of the assistant answers, from `{% generation %}` tags.
+    """Token ids of the whole chat and a mask of the assistant answers, for any chat template.
 
-    Long conversations keep their first `max_length` tokens (system prompt and early turns);
-    `encode_chunks` splits them instead, so that every answer is trained.
+    The answers are located as text: for assistant turn i, the template rendered up to turn i
+    with the assistant's turn opened ends where the answer starts, and rendered through turn i
+    ends where it ends (its end marker included, so the model learns to stop). Tokens whose
+    characters lie inside an answer carry loss. This needs no `{% generation %}` tags (SmolLM2's
+    and Qwen2.5's stock templates have none); it needs a template whose rendering of a prefix of
+    the conversation is a prefix of the whole, as every chat template that appends turns is.
+    Long conversations keep their first `max_length` tokens; `encode_chunks` splits them instead.
     """
-    out = tokenizer.apply_chat_template(
-        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
-    ids = list(out["input_ids"])[:max_length]
-    mask = list(out["assistant_masks"])[:max_length]
+    full, spans = assistant_spans(tokenizer, messages)
+    encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(end > start and any(low <= start and end <= high for low, high in spans)) for start, end in encoded["offset_mapping"]]
+    ids = list(encoded["input_ids"])[:max_length]
+    mask = mask[:max_length]
     if not any(mask):
-        raise ConfigError(
-            "the tokenizer's chat template marks no assistant tokens: it needs {% generation %} tags "
-            "(use a model from python cli.py model init-tiny, or a tokenizer whose template has them)"
-        )
+        raise ConfigError("the conversation has no assistant answer within the first "
+                          f"{max_length} tokens: nothing to train on (raise the model's context or shorten the prompts)")
     return Encoded(ids, mask)
+
+
+def assistant_spans(tokenizer, messages: list[dict]) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered chat and the character span of every assistant answer in it (see `encode_conversation`)."""
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    spans = []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant" or i == 0:
+            continue
+        before = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
+        through = tokenizer.apply_chat_template(messages[: i + 1], tokenize=False)
+        if not (through.startswith(before) and full.startswith(through)):
+            raise ConfigError("the tokenizer's chat template does not render a conversation's prefix as a prefix of the whole, "
+                              "so the answers cannot be located: use a template that appends turns (ChatML, Llama, ...)")
+        spans.append((len(before), len(through.rstrip())))  # the end marker, not the newline after it
+    return full, spans
 
 
 TURN_OVERHEAD = 8  # ChatML tokens around a turn (<|im_start|>, role, newlines, <|im_end|>), with a margin

@@ -28,12 +28,12 @@ from babylon_rl.train.writeback import WriteBack
 class TrainConfig(BaseModel):
     dataset: str
     backend: Literal["torch", "art", "serverless"] = "torch"
-    base_model: str = "tiny"
+    base_model: str = "smollm2-135m"
     run_name: str | None = None
-    learning_rate: float = Field(5e-6, gt=0)  # the tiny model needs ~1e-3
+    learning_rate: float = Field(2e-4, gt=0)  # LoRA on SmolLM2; the tiny model needs ~1e-3
     max_steps: int | None = Field(None, ge=1)
     epochs: int | None = Field(None, ge=1)  # wins over max_steps
-    groups_per_step: int = Field(20, ge=1)
+    groups_per_step: int = Field(8, ge=1)
     checkpoint_every: int = Field(50, ge=1)
     eval_every: int | None = Field(None, ge=1)
     keep_best: bool = False
@@ -41,11 +41,18 @@ class TrainConfig(BaseModel):
     seed: int = 0
     kl_coef: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0)
-    lora_r: int = Field(8, ge=0)  # 0: full fine-tune (the tiny model)
+    lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    objective: Literal["grpo", "awr"] = "grpo"
+    objective: Literal["grpo", "awr", "imitate"] = "grpo"
     awr_beta: float = Field(1.0, gt=0)
+    # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
+    on_policy: bool = False
+    samples: int = Field(8, ge=2)  # answers per decision (the GRPO group)
+    temperature: float = Field(0.8, gt=0)
+    train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
+    max_new_tokens: int = Field(32, ge=4)
+    device: str = "auto"
 
     @property
     def name(self) -> str:
@@ -74,6 +81,15 @@ class TrainResult:
 
 
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=None):
+    if config.on_policy:
+        from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
+        from babylon_rl.train.models import resolve_device
+
+        return GrpoTrainer(base_model, GrpoOptions(
+            learning_rate=config.learning_rate, samples=config.samples, temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens, inner_epochs=config.inner_epochs, clip_eps=config.clip_eps,
+            kl_coef=config.kl_coef, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
+            device=resolve_device(config.device), objective="imitate" if config.objective == "imitate" else "grpo"))
     if config.backend == "torch":
         from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
 
@@ -106,10 +122,14 @@ def create_run(run: RunDir, config: TrainConfig) -> None:
         run.config.write_text(config.model_dump_json(indent=2))
 
 
-def resolve_model(home: Home, config: TrainConfig) -> str:
+def resolve_model(home: Home, config: TrainConfig, console: Console) -> str:
     if config.backend == "torch":
         from babylon_rl.train.models import resolve_base_model
+        from babylon_rl.train.pretrained import DEFAULT_MODEL, init_default_model, model_dir
 
+        if config.base_model == DEFAULT_MODEL and not (model_dir(home) / "config.json").exists():
+            console.print(f"converting the default policy (SmolLM2-135M-Instruct) into {model_dir(home)} first (once, ~20 s)")
+            init_default_model(home)
         return resolve_base_model(home, config.base_model)
     return config.base_model  # ART loads hub ids on its own machine
 
@@ -121,13 +141,14 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
     # data and run
     run, config = load_run(home, config)
-    data = load_scored_dataset(home, config.dataset)
-    base_model = resolve_model(home, config)
+    data = _load_data(home, config)
+    base_model = resolve_model(home, config, console)
     if config.backend != "torch" and art_factory is None:
         from babylon_rl.train.art_backend import check_available
 
         check_available(config.backend)
     create_run(run, config)
+    _record_inputs(run, data)
     schedule = Schedule(len(data.train), config.groups_per_step, config.seed)
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
 
@@ -151,22 +172,27 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
             while state["step"] < total_steps:
                 step = state["step"] + 1
                 groups = [data.train[i] for i in schedule.batch(step - 1)]
-                used = [g for g in groups if g.has_spread]
-                rewards = {s.trajectory_id: s.reward for g in used for s in g.samples}
+                # logged trajectories: only windows whose scores differ teach anything; own answers: every decision
+                used = groups if config.on_policy else [g for g in groups if g.has_spread]
+                rewards = {} if config.on_policy else {s.trajectory_id: s.reward for g in used for s in g.samples}
                 if writeback and used:
-                    writeback.start_batch(step, [g.window_id for g in used], rewards)
+                    writeback.start_batch(step, sorted({g.window_id for g in used}), rewards or {g.trajectory_id: None for g in used})
                     in_flight = step
                 hooks.before_update(step)
                 stats = trainer.train_step(used) if used else None
+                if config.on_policy:
+                    rewards = stats.rewards
                 state["step"] = step
                 state["skipped"] += len(groups) - len(used)
                 state["reward_sum"] += sum(rewards.values())
                 state["reward_count"] += len(rewards)
                 if writeback and used:
-                    writeback.complete_batch(step, list(rewards), stats.loss, None)
+                    writeback.complete_batch(step, list(rewards), stats.loss, None, rewards if config.on_policy else None)
                     in_flight = None
                 trained_ids += list(rewards)
-                tracker.log_step(_metrics(step, schedule, groups, used, stats, config.learning_rate))
+                metrics = _on_policy_metrics(step, schedule, stats, config.learning_rate) if config.on_policy else \
+                    _metrics(step, schedule, groups, used, stats, config.learning_rate)
+                tracker.log_step(metrics)
                 ctx.after_step(step, total_steps)
         except KeyboardInterrupt:
             ctx.on_failure(in_flight, "interrupted", save=True)
@@ -178,6 +204,30 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
     return TrainResult(run.root, state["step"], total_steps, [run.checkpoint(s) for s in run.checkpoint_steps()],
                        ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval)
+
+
+def _load_data(home: Home, config: TrainConfig):
+    if config.on_policy:
+        from babylon_rl.train.grpo import load_decision_data
+
+        return load_decision_data(home, config.dataset)
+    return load_scored_dataset(home, config.dataset)
+
+
+def _record_inputs(run: RunDir, data) -> None:
+    """inputs.json: every trajectory id training and selection read (the tests check none is an eval id)."""
+    ids = data.read_ids
+    run.inputs.write_text(json.dumps({"dataset": data.name, "trajectory_ids": ids}, indent=1))
+
+
+def _on_policy_metrics(step: int, schedule: Schedule, stats, lr: float) -> dict:
+    return {
+        "step": step, "epoch": (step - 1) // schedule.steps_per_epoch + 1, "reward_mean": stats.reward_mean,
+        "valid_rate": stats.valid_rate, "correct_rate": stats.correct_rate, "groups_used": stats.groups_used,
+        "groups_skipped": stats.groups_skipped, "trajectories": len(stats.rewards), "loss": stats.loss, "kl": stats.kl,
+        "grad_norm": stats.grad_norm, "tokens": stats.tokens, "tokens_per_s": round(stats.tokens_per_second, 1),
+        "learning_rate": lr, "step_seconds": round(stats.seconds, 4), "sample_seconds": round(stats.sample_seconds, 4),
+    }
 
 
 def _metrics(step: int, schedule: Schedule, groups: list[Group], used: list[Group], stats, lr: float) -> dict:
@@ -211,7 +261,7 @@ class _Loop:
         checkpoint_due = step % self.config.checkpoint_every == 0 or step == total
         eval_due = bool(self.config.eval_every and step % self.config.eval_every == 0)
         if eval_due or (checkpoint_due and (self.config.keep_best or self.config.eval_every)):
-            self.last_eval = self.trainer.evaluate(self.data.eval)
+            self.last_eval = self.trainer.evaluate(self.data.validation)  # never the eval split
             self.tracker.log_eval(step, self.last_eval)
         if checkpoint_due:
             self.checkpoint(step)
@@ -238,11 +288,11 @@ class _Loop:
         return self.state["reward_sum"] / count if count else None
 
     def _keep_best(self, step: int) -> None:
-        """Keep the checkpoint with the best eval margin and the latest (needed by --resume); delete the rest."""
-        margin = self.last_eval.get("margin")
+        """Keep the checkpoint with the best validation score and the latest (needed by --resume); delete the rest."""
+        score = self.last_eval.get("score")
         best = self.state.get("best")
-        if margin is not None and (best is None or margin > best["margin"]):
-            self.state["best"] = {"step": step, "margin": margin}
+        if score is not None and (best is None or score > best["score"]):
+            self.state["best"] = {"step": step, "score": score}
             self.run.best.write_text(json.dumps(self.state["best"]))
             # the saved state must know it is the best, for a later resume
             state_file = self.run.checkpoint(step) / "state.json"

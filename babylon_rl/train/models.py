@@ -33,7 +33,23 @@ def resolve_base_model(home: Home, value: str) -> str:
     return value
 
 
-def load_causal_lm(path: str):
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(value: str = "auto") -> str:
+    """`auto`: cuda when torch sees a GPU, else cpu; `cuda` without one is a one-line error."""
+    import torch
+
+    if value not in DEVICES:
+        raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, not {value!r}")
+    if value == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if value == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: torch sees no CUDA GPU here; use --device cpu or auto")
+    return value
+
+
+def load_causal_lm(path: str, device: str = "cpu"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -41,11 +57,35 @@ def load_causal_lm(path: str):
     hf_logging.disable_progress_bar()  # our own rich progress bar is the one to watch
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=offline, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=offline, dtype=torch.float32).to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     set_threads(model)
     return model, tokenizer
+
+
+def lora_model(base, rank: int, top_layers: int = 0):
+    """A PEFT LoRA model on every linear layer of the top `top_layers` blocks (0: of every block).
+
+    The blocks below hold no trainable weight, so autograd keeps none of their activations: a
+    step's backward pass costs only the adapted blocks.
+    """
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+
+    import torch
+
+    layers = base.config.num_hidden_layers
+    chosen = list(range(layers - top_layers, layers)) if 0 < top_layers < layers else None
+    # peft takes a block range only with module names: every linear layer inside the blocks
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in base.get_decoder().layers.named_modules()
+                     if isinstance(module, torch.nn.Linear)})
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=linear, task_type="CAUSAL_LM",
+                        layers_to_transform=chosen, layers_pattern="layers" if chosen else None)
+    with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 deprecated alias
+        warnings.simplefilter("ignore", FutureWarning)
+        return get_peft_model(base, config)
 
 
 def set_threads(model) -> None:

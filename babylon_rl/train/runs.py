@@ -40,6 +40,10 @@ class RunDir:
         return self.root / "merged"
 
     @property
+    def inputs(self) -> Path:
+        return self.root / "inputs.json"
+
+    @property
     def best(self) -> Path:
         return self.root / "best.json"
 

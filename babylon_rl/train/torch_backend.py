@@ -92,7 +92,78 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class TorchTrainer:
+class Checkpoints:
+    """Saving and restoring a trainer's model (adapter or whole model), tokenizer, optimizer and RNG state.
+
+    Used by `TorchTrainer` and `grpo.GrpoTrainer`: each has `model`, `tokenizer`, `optimizer`,
+    `options` (with `lora_r`) and `base_model`.
+    """
+
+    @property
+    def full(self) -> bool:
+        return self.options.lora_r == 0
+
+    def save(self, directory: Path, state: dict) -> Path:
+        """Adapter + tokenizer + optimizer/RNG state, written to a temp dir and renamed into place."""
+        import torch
+
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+        torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / TRAINER_STATE)
+        files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        meta = {**state, "base_model": self.base_model, "options": asdict(self.options), "files": files}
+        (tmp / STATE_JSON).write_text(json.dumps(meta, indent=2, default=str))
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+        return directory
+
+    def load(self, directory: Path) -> dict:
+        """Restore adapter, optimizer and RNG from a checkpoint; refuse a damaged one, naming the file."""
+        import torch
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        state = read_checkpoint_state(directory)
+        adapter = directory / (FULL_MODEL_FILE if self.full else ADAPTER_FILE)
+        try:
+            if self.full:
+                missing, unexpected = self.model.load_state_dict(load_file(str(adapter)), strict=False)
+                if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
+                    raise ValueError(f"weights do not match the model: {unexpected or missing}")
+            else:
+                set_peft_model_state_dict(self.model, load_file(str(adapter)))
+        except Exception as exc:  # safetensors/torch raise several types for damaged files
+            raise CheckpointError(f"checkpoint file {adapter} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
+        trainer_file = directory / TRAINER_STATE
+        try:
+            saved = torch.load(trainer_file, weights_only=False)
+            self.optimizer.load_state_dict(saved["optimizer"])
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint file {trainer_file} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
+        torch.set_rng_state(saved["rng"]["torch"])
+        random.setstate(saved["rng"]["python"])
+        np.random.set_state(saved["rng"]["numpy"])
+        return state
+
+    def save_merged(self, directory: Path) -> Path:
+        """The base model with the adapter folded in (a plain HF model), next to the checkpoints."""
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        merged = self.model if self.full else self.model.merge_and_unload()
+        merged.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        if directory.exists():
+            shutil.rmtree(directory)
+        tmp.rename(directory)
+        return directory
+
+
+class TorchTrainer(Checkpoints):
     def __init__(self, base_model: str, options: TorchOptions) -> None:
         import torch
         from peft import LoraConfig, get_peft_model
@@ -140,10 +211,6 @@ class TorchTrainer:
     def _batch(self, encoded: list[Encoded]):
         ids, attention, mask = pad_encoded(encoded, self.tokenizer.pad_token_id)
         return ids, attention, mask[:, 1:].float()
-
-    @property
-    def full(self) -> bool:
-        return self.options.lora_r == 0
 
     def _token_logprobs(self, ids, attention, mask, model=None):
         """Log-probabilities of the answer tokens only, flat in row order (`answer_logits`)."""
@@ -252,7 +319,7 @@ class TorchTrainer:
 
     # -- eval ---------------------------------------------------------------------------
     def evaluate(self, groups: list[Group]) -> dict[str, float]:
-        """Eval metric `margin`: per eval window with a reward spread, the mean assistant-token
+        """Validation metric `margin` (also `score`, what --keep-best maximises): per window with a reward spread, the mean assistant-token
         log-prob of the best-scored trajectory minus that of the worst-scored; averaged over
         windows. Higher means the policy prefers what the judge preferred."""
         pairs = []
@@ -266,68 +333,8 @@ class TorchTrainer:
         best = self.sequence_logprobs([p[0] for p in pairs])
         worst = self.sequence_logprobs([p[1] for p in pairs])
         margins = [b - w for b, w in zip(best, worst)]
-        return {"margin": float(np.mean(margins)), "best_logprob": float(np.mean(best)), "windows": len(pairs)}
-
-    # -- checkpoints --------------------------------------------------------------------
-    def save(self, directory: Path, state: dict) -> Path:
-        """Adapter + tokenizer + optimizer/RNG state, written to a temp dir and renamed into place."""
-        import torch
-
-        tmp = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-        torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / TRAINER_STATE)
-        files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-        meta = {**state, "base_model": self.base_model, "options": asdict(self.options), "files": files}
-        (tmp / STATE_JSON).write_text(json.dumps(meta, indent=2, default=str))
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-        return directory
-
-    def load(self, directory: Path) -> dict:
-        """Restore adapter, optimizer and RNG from a checkpoint; refuse a damaged one, naming the file."""
-        import torch
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        state = read_checkpoint_state(directory)
-        adapter = directory / (FULL_MODEL_FILE if self.full else ADAPTER_FILE)
-        try:
-            if self.full:
-                missing, unexpected = self.model.load_state_dict(load_file(str(adapter)), strict=False)
-                if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
-                    raise ValueError(f"weights do not match the model: {unexpected or missing}")
-            else:
-                set_peft_model_state_dict(self.model, load_file(str(adapter)))
-        except Exception as exc:  # safetensors/torch raise several types for damaged files
-            raise CheckpointError(f"checkpoint file {adapter} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
-        trainer_file = directory / TRAINER_STATE
-        try:
-            saved = torch.load(trainer_file, weights_only=False)
-            self.optimizer.load_state_dict(saved["optimizer"])
-        except Exception as exc:
-            raise CheckpointError(f"checkpoint file {trainer_file} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
-        torch.set_rng_state(saved["rng"]["torch"])
-        random.setstate(saved["rng"]["python"])
-        np.random.set_state(saved["rng"]["numpy"])
-        return state
-
-    def save_merged(self, directory: Path) -> Path:
-        """The base model with the adapter folded in (a plain HF model), next to the checkpoints."""
-        tmp = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        merged = self.model if self.full else self.model.merge_and_unload()
-        merged.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-        return directory
-
+        margin = float(np.mean(margins))
+        return {"score": margin, "margin": margin, "best_logprob": float(np.mean(best)), "windows": len(pairs)}
 
 def read_checkpoint_state(directory: Path) -> dict:
     """state.json of a checkpoint after checking every file against its recorded sha256."""

@@ -66,14 +66,17 @@ class WriteBack:
             )
         return bid
 
-    def complete_batch(self, step: int, trajectory_ids: list[str], loss: float, improvement: float | None) -> None:
+    def complete_batch(self, step: int, trajectory_ids: list[str], loss: float, improvement: float | None,
+                       rewards: dict[str, float] | None = None) -> None:
+        """`rewards`: the rewards known only after the step (on-policy: the mean reward of each decision's answers)."""
         bid = batch_id(self.run_name, step)
         with db.connect(self.url) as conn, conn.transaction():
             conn.execute(
                 """UPDATE "training_batches" SET "status" = 'completed', "completedAt" = now(),
-                          "trainingLoss" = %s, "policyImprovement" = %s, "error" = NULL
+                          "trainingLoss" = %s, "policyImprovement" = %s, "error" = NULL,
+                          "rewardsJson" = COALESCE(%s, "rewardsJson")
                    WHERE "batchId" = %s""",
-                (loss, improvement, bid),
+                (loss, improvement, json.dumps(rewards) if rewards is not None else None, bid),
             )
             conn.execute(
                 """UPDATE "trajectories" SET "usedInTraining" = true, "trainedInBatch" = %s, "updatedAt" = now()
@@ -105,9 +108,8 @@ class WriteBack:
         with db.connect(self.url) as conn, conn.transaction():
             conn.execute(
                 """UPDATE "trained_models" SET "status" = %s, "avgReward" = %s, "evalMetrics" = %s::jsonb,
-                          "benchmarkScore" = %s, "updatedAt" = now(),
+                          "updatedAt" = now(),
                           "archivedAt" = CASE WHEN %s = 'archived' THEN now() ELSE "archivedAt" END
                    WHERE "modelId" = %s""",
-                (status, avg_reward, json.dumps(eval_metrics) if eval_metrics else None,
-                 (eval_metrics or {}).get("margin"), status, f"{self.run_name}:{model_key}"),
+                (status, avg_reward, json.dumps(eval_metrics) if eval_metrics else None, status, f"{self.run_name}:{model_key}"),
             )

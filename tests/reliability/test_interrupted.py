@@ -155,7 +155,7 @@ def expected_batches(home: Home, run: str, steps: int) -> dict[str, list[str]]:
 
 def insert_dataset_trajectories(url: str, home: Home) -> None:
     data = load_scored_dataset(home, "ds")
-    ids = [s.trajectory_id for split in (data.train, data.eval) for g in split for s in g.samples]
+    ids = [s.trajectory_id for split in (data.train, data.validation) for g in split for s in g.samples]
     game_rows.insert(url, "trajectories", [game_rows.trajectory(t, "agent", "2025-01-15T00:00") for t in ids])
 
 

@@ -1,0 +1,134 @@
+"""A local causal LM answering decision prompts: the one decoding path of training and evaluation.
+
+The prompt is the chat template with the assistant's turn opened and `ANSWER_PREFIX` written
+(`evaluate/prompts.py`); an answer ends at EOS or at the first token holding `STOP_TEXT`. A
+batch of prompts runs through the model once; its KV cache is repeated for the k answers of
+each prompt, so only the answer tokens run k times (`prefill`), in sampling and in the loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from babylon_rl.evaluate.prompts import ANSWER_PREFIX, STOP_TEXT, DecisionPrompt
+
+
+@dataclass
+class PromptBatch:
+    ids: object  # [B, T] left-padded token ids
+    attention: object  # [B, T]
+    positions: object  # [B, T]
+
+
+def encode_prompts(tokenizer, requests: list[DecisionPrompt], device: str) -> PromptBatch:
+    import torch
+
+    texts = [tokenizer.apply_chat_template(r.messages, add_generation_prompt=True, tokenize=False) + ANSWER_PREFIX for r in requests]
+    encoded = [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    width = max(len(e) for e in encoded)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=device)
+    attention = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=device)
+    return PromptBatch(ids, attention, (attention.cumsum(-1) - 1).clamp(min=0))
+
+
+def encode_answers(tokenizer, answers: list[str], device: str):
+    """Token ids and mask ([N, A], right-padded) of answer texts that start with `ANSWER_PREFIX` (imitation targets)."""
+    import torch
+
+    bodies = [a[len(ANSWER_PREFIX):] if a.startswith(ANSWER_PREFIX) else a for a in answers]
+    encoded = [list(ids) for ids in tokenizer(bodies, add_special_tokens=False)["input_ids"]]
+    width = max(1, max(len(e) for e in encoded))
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([e + [pad] * (width - len(e)) for e in encoded], device=device)
+    mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in encoded], device=device)
+    return ids, mask
+
+
+def prefill(model, batch: PromptBatch, repeats: int):
+    """Run the prompts once; the last position's logits and the KV cache, each repeated `repeats` times."""
+    out = model(input_ids=batch.ids, attention_mask=batch.attention, position_ids=batch.positions, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+    return out.logits[:, -1].repeat_interleave(repeats, 0), cache
+
+
+def stop_tokens(tokenizer):
+    """Ids of the tokens that end an answer: EOS and every token whose text holds `STOP_TEXT` (cached on the tokenizer)."""
+    import torch
+
+    cached = getattr(tokenizer, "_babylon_stop_ids", None)
+    if cached is None:
+        ids = {i for token, i in tokenizer.get_vocab().items() if STOP_TEXT in tokenizer.convert_tokens_to_string([token])}
+        cached = torch.tensor(sorted(ids | {tokenizer.eos_token_id}))
+        tokenizer._babylon_stop_ids = cached
+    return cached
+
+
+def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens: int, temperature: float, generator=None):
+    """k answers per prompt: token ids and mask [B*k, A], the stop token included; temperature 0 = greedy."""
+    import torch
+
+    stops = stop_tokens(tokenizer).to(batch.ids.device)
+    with torch.no_grad():
+        logits, cache = prefill(model, batch, k)
+        attention = batch.attention.repeat_interleave(k, 0)
+        position = batch.positions[:, -1:].repeat_interleave(k, 0)
+        done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+        tokens, masks = [], []
+        for step in range(max_new_tokens):
+            if temperature > 0:
+                token = torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=generator).squeeze(1)
+            else:
+                token = logits.argmax(-1)
+            token = torch.where(done, torch.full_like(token, tokenizer.pad_token_id), token)
+            tokens.append(token)
+            masks.append(~done)
+            done = done | torch.isin(token, stops)
+            if bool(done.all()) or step == max_new_tokens - 1:
+                break
+            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
+            position = position + 1
+            out = model(input_ids=token[:, None], attention_mask=attention, position_ids=position, past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1]
+    return torch.stack(tokens, 1), torch.stack(masks, 1).long()
+
+
+def decode_answers(tokenizer, tokens, mask) -> list[str]:
+    """Answer texts: `ANSWER_PREFIX` + the sampled tokens up to the stop."""
+    pad = tokenizer.pad_token_id
+    return [ANSWER_PREFIX + text for text in tokenizer.batch_decode(tokens * mask + pad * (1 - mask), skip_special_tokens=True)]
+
+
+def answer_logprobs(model, batch: PromptBatch, answers, answer_mask, k: int):
+    """Log-probability of every answer token ([B*k, A]) under `model`; the prompt runs once for its k answers.
+
+    Gradients flow through the repeated cache back into the prompt's pass.
+    """
+    import torch
+
+    first_logits, cache = prefill(model, batch, k)
+    logits = [first_logits[:, None]]
+    if answers.shape[1] > 1:
+        attention = torch.cat([batch.attention.repeat_interleave(k, 0), answer_mask[:, :-1]], 1)
+        last = batch.positions[:, -1:].repeat_interleave(k, 0)
+        positions = last + 1 + torch.arange(answers.shape[1] - 1, device=answers.device)[None]
+        out = model(input_ids=answers[:, :-1], attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True)
+        logits.append(out.logits)
+    return torch.cat(logits, 1).float().log_softmax(-1).gather(-1, answers.unsqueeze(-1)).squeeze(-1)
+
+
+def greedy_answers(model, tokenizer, requests: list[DecisionPrompt], device: str, max_new_tokens: int = 32,
+                   batch_size: int = 16, on_done=lambda n: None) -> list[str]:
+    """The model's greedy answer to each prompt, in order (prompts of similar length share a batch)."""
+    order = sorted(range(len(requests)), key=lambda i: len(requests[i].messages[-1]["content"]))
+    answers = [""] * len(requests)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        batch = encode_prompts(tokenizer, [requests[i] for i in chunk], device)
+        tokens, mask = sample_answers(model, tokenizer, batch, 1, max_new_tokens, 0.0)
+        for i, text in zip(chunk, decode_answers(tokenizer, tokens, mask)):
+            answers[i] = text
+        on_done(len(chunk))
+    return answers

