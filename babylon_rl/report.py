@@ -153,7 +153,7 @@ def curves_plot(metrics: list[dict]) -> str | None:
         return None
     steps = [int(m["step"]) for m in metrics]
     panels = [("reward_mean", "mean reward of the step's answers", "tab:blue"), ("loss", "loss", "tab:red")]
-    if "correct_rate" in metrics[0]:
+    if metrics[0].get("correct_rate"):
         panels.insert(1, ("correct_rate", "share of sampled answers right in direction", "tab:green"))
         panels.insert(2, ("valid_rate", "share of sampled answers that are valid actions", "tab:gray"))
     _use_agg()

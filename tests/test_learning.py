@@ -231,3 +231,51 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     assert saved["constant"]["train_decisions"] == len(chosen_on.decisions)
     assert {d.trajectory_id for d in chosen_on.decisions} <= train_ids | validation_ids
     assert [p["role"] for p in saved["policies"]] == ["logged", "constant", "baseline", "model"]
+
+
+def _news_reader(body: dict) -> str:
+    """A policy that reads the compact prompt's fresh headlines (the rule a learner could find), else buys the first stock."""
+    import re
+
+    from babylon_rl.simulate.market import HEADLINES
+
+    text = body["messages"][-1]["content"]
+    now = re.match(r"(\d\d):(\d\d)", text)
+    minutes = int(now.group(1)) * 60 + int(now.group(2)) if now else 0
+    for hh, mm, ticker, headline in reversed(re.findall(r"^(\d\d):(\d\d) ([A-Z]+): (.*)$", text, re.M)):
+        if (minutes - int(hh) * 60 - int(mm)) % 1440 > 30:
+            break
+        for sentiment, kind in (("BULLISH", "buy"), ("BEARISH", "sell")):
+            if any(re.fullmatch(re.escape(t).replace(r"\{name\}", ".+").replace(r"\{ticker\}", "[A-Z]+"), headline) for t in HEADLINES[sentiment]):
+                return json.dumps({"action": kind, "ticker": ticker, "shares": 20})
+    first = re.search(r"^([A-Z]+) [0-9,]+ [+-]", text, re.M)
+    return json.dumps({"action": "buy", "ticker": first.group(1) if first else "ACME", "shares": 20})
+
+
+@pytest.mark.parametrize("news_strength, shown", [(1.0, True), (0.0, False)])
+def test_learning_can_only_be_shown_when_the_world_holds_something_to_learn(tmp_path, news_strength, shown):
+    """The same news-reading policy, the same headlines: it beats every reference when headlines lead prices, and
+    the evaluation says "learning NOT shown" when they do not (--news-strength 0)."""
+    from click.testing import CliRunner
+
+    from cli import cli
+    from tests.judge_server import JudgeServer
+
+    home = tmp_path / "home"
+
+    def run(*args: str):
+        result = CliRunner().invoke(cli, ["--home", str(home), *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    run("simulate", "--agents", "8", "--windows", "60", "--steps-per-window", "4", "--seed", "1", "--start", "2025-01-01T00:00",
+        "--news-strength", str(news_strength), "--dirt-rate", "0")
+    run("build")
+    run("dataset", "build", "--name", "d", "--lookback-hours", "61", "--min-actions", "2", "--eval-fraction", "0.3")
+    with JudgeServer() as server:
+        server.reply = lambda body: '{"action": "hold"}' if body["model"] == "hold-model" else _news_reader(body)
+        result = run("eval", "--model", "reader", "--base-url", server.base_url, "--baseline", "hold-model", "--dataset", "d",
+                     "--resamples", "500")
+    report = json.loads((home / "evals" / "reader-d" / "eval.json").read_text())
+    assert report["learning_shown"] is shown, report["comparison"]
+    assert ("learning shown" if shown else "learning NOT shown") in result.output

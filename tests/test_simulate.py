@@ -193,17 +193,34 @@ def test_dirty_rows_keep_their_start_time_in_the_window() -> None:
             assert row[cols.index("scenarioId")] == rows.window_id
 
 
-def test_news_leads_prices() -> None:
-    config = _config(seed=11)
+def _moves_after_news(config: SimulationConfig, hours: int = 150) -> dict[str, list[float]]:
     after = defaultdict(list)
-    for hour in range(150):
+    for hour in range(hours):
         market = generate_market(config, START + timedelta(hours=hour))
         for event in market.news:
             path = market.prices[event.ticker]
             later = min(event.minute + 30, market.minutes)
             after[event.sentiment].append(path[later] / path[event.minute] - 1.0)
+    return after
+
+
+def test_news_leads_prices() -> None:
+    after = _moves_after_news(_config(seed=11))
     assert np.mean(after["BULLISH"]) > 0.005 > -0.005 > np.mean(after["BEARISH"])
     assert abs(np.mean(after["NEUTRAL"])) < 0.005
+
+
+def test_news_strength_zero_makes_headlines_say_nothing_about_prices() -> None:
+    """The control for learning claims: same headlines, same noise, no news-driven drift."""
+    strong, none = _config(seed=11), _config(seed=11, news_strength=0.0)
+    after = _moves_after_news(none)
+    assert abs(np.mean(after["BULLISH"]) - np.mean(after["BEARISH"])) < 0.002
+    market, flat = generate_market(strong, START), generate_market(none, START)
+    assert market.news == flat.news  # the agents see the very same headlines
+    assert market.prices != flat.prices
+    assert generate_market(_config(seed=11, news_strength=1.0), START).prices == market.prices  # 1.0 is the default market
+    rows = _windows(_config(agents=3, windows=2, seed=2))
+    assert [r.trajectories for r in rows] == [r.trajectories for r in _windows(_config(agents=3, windows=2, seed=2, news_strength=1.0))]
 
 
 def test_the_news_trader_beats_the_random_trader() -> None:
@@ -265,6 +282,8 @@ def test_usage_errors(run_cli) -> None:
     for args in (["--agents", "0"], ["--agents", "-3"], ["--windows", "0"]):
         result = run_cli("simulate", *args)
         assert result.exit_code == 2 and "Invalid value" in result.output
+    result = run_cli("simulate", "--news-strength", "-1", "--target", "duckdb")
+    assert result.exit_code == 2 and "--news-strength must be between 0 and 10" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.postgres

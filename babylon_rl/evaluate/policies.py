@@ -151,11 +151,15 @@ class LocalPolicy:
         return self
 
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
+        """Load, answer, let go: an evaluation holds one model in memory at a time."""
         from babylon_rl.policy import greedy_answers
 
         if self._model is None:
             self.load()
-        return greedy_answers(self._model, self._tokenizer, list(prompts), self.device, self.max_new_tokens, self.batch_size, on_done)
+        try:
+            return greedy_answers(self._model, self._tokenizer, list(prompts), self.device, self.max_new_tokens, self.batch_size, on_done)
+        finally:
+            self._model = self._tokenizer = None
 
 
 @dataclass

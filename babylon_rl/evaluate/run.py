@@ -171,7 +171,8 @@ def _model_policy(home: Home, options: EvalOptions) -> tuple[Policy, ModelRef | 
 
 
 def _local(ref: ModelRef, name: str, options: EvalOptions) -> LocalPolicy:
-    return LocalPolicy(ref, name, options.max_new_tokens, options.batch_size, options.device).load()
+    """A local model, loaded when its turn to answer comes (one model in memory at a time)."""
+    return LocalPolicy(ref, name, options.max_new_tokens, options.batch_size, options.device)
 
 
 def _baseline_policy(home: Home, options: EvalOptions, ref: ModelRef | None) -> Policy | None:

@@ -123,7 +123,7 @@ class GrpoOptions:
     kl_coef: float = 0.02
     lora_r: int = 16
     train_layers: int = 4  # LoRA on the top N blocks; 0 = every block
-    micro_batch: int = 8  # prompts per forward pass (each with its k answers)
+    micro_batch: int = 4  # prompts per forward pass, each with its k answers: 4 x 8 keeps a step near 2 GB on CPU
     objective: str = "grpo"  # grpo | imitate (supervised on the logged answers: the imitation baseline)
     max_grad_norm: float = 1.0
     seed: int = 0

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 METRIC_COLUMNS = [
     "step", "epoch", "reward_mean", "reward_std", "groups_used", "groups_skipped", "trajectories",
     "loss", "kl", "grad_norm", "tokens", "tokens_per_s", "learning_rate", "step_seconds",
+    "valid_rate", "correct_rate", "sample_seconds",  # on-policy runs: their sampled answers (empty otherwise)
 ]
 SECRET_KEYS = ("database_url", "api_key", "password", "token")
 
