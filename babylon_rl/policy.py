@@ -104,19 +104,27 @@ def decode_answers(tokenizer, tokens, mask) -> list[str]:
 def answer_logprobs(model, batch: PromptBatch, answers, answer_mask, k: int):
     """Log-probability of every answer token ([B*k, A]) under `model`; the prompt runs once for its k answers.
 
-    Gradients flow through the repeated cache back into the prompt's pass.
+    Gradients flow through the repeated cache back into the prompt's pass. The vocabulary-sized
+    logits are turned into log-probabilities part by part (first token, then the rest) and never
+    concatenated: at k = 8 they are most of a step's memory.
     """
     import torch
 
     first_logits, cache = prefill(model, batch, k)
-    logits = [first_logits[:, None]]
+    parts = [_token_logprobs(first_logits[:, None], answers[:, :1])]
     if answers.shape[1] > 1:
         attention = torch.cat([batch.attention.repeat_interleave(k, 0), answer_mask[:, :-1]], 1)
         last = batch.positions[:, -1:].repeat_interleave(k, 0)
         positions = last + 1 + torch.arange(answers.shape[1] - 1, device=answers.device)[None]
         out = model(input_ids=answers[:, :-1], attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True)
-        logits.append(out.logits)
-    return torch.cat(logits, 1).float().log_softmax(-1).gather(-1, answers.unsqueeze(-1)).squeeze(-1)
+        parts.append(_token_logprobs(out.logits, answers[:, 1:]))
+    return torch.cat(parts, 1)
+
+
+def _token_logprobs(logits, targets):
+    """log softmax(logits)[target] without keeping a second vocabulary-sized tensor: logit - logsumexp."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
 
 def greedy_answers(model, tokenizer, requests: list[DecisionPrompt], device: str, max_new_tokens: int = 32,

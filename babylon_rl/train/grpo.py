@@ -123,7 +123,7 @@ class GrpoOptions:
     kl_coef: float = 0.02
     lora_r: int = 16
     train_layers: int = 4  # LoRA on the top N blocks; 0 = every block
-    micro_batch: int = 4  # prompts per forward pass, each with its k answers: 4 x 8 keeps a step near 2 GB on CPU
+    micro_batch: int = 2  # prompts per forward pass, each with its k answers: 2 x 8 keeps training under 2 GB on CPU
     objective: str = "grpo"  # grpo | imitate (supervised on the logged answers: the imitation baseline)
     max_grad_norm: float = 1.0
     seed: int = 0
@@ -149,6 +149,29 @@ class StepResult:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Rollout:
+    """One micro-batch of decisions with their k sampled answers each ([B*k, A] tensors), rewards and advantages ([B, k])."""
+
+    batch: PromptBatch
+    tokens: object
+    mask: object
+    rewards: np.ndarray
+    advantages: np.ndarray
+    outcomes: list[Outcome]
+    texts: list[str]
+
+    @property
+    def used(self) -> int:
+        """Decisions whose answers scored differently: the only ones that carry loss."""
+        return int((np.abs(self.advantages).sum(1) > 0).sum())
+
+    @property
+    def rows(self) -> np.ndarray:
+        """1.0 for each answer of a decision with a spread, 0.0 otherwise (flat, [B*k])."""
+        return np.repeat((np.abs(self.advantages).sum(1) > 0).astype(np.float32), self.advantages.shape[1])
 
 
 def group_advantages(rewards: np.ndarray) -> np.ndarray:
@@ -207,70 +230,72 @@ class GrpoTrainer(Checkpoints):
                           {t.trajectory_id: 0.0 for t in tasks}, 0.0, 1.0, 0.0, len(tasks), 0)
 
     def grpo_step(self, tasks: list[Task]) -> StepResult:
+        """Sample k answers per decision, price them, then update on the decisions whose answers scored differently."""
+        started = time.monotonic()
+        rollouts = [self._rollout(tasks[i : i + self.options.micro_batch]) for i in range(0, len(tasks), self.options.micro_batch)]
+        sampled = time.monotonic()
+        loss, kl, grad_norm, tokens = self._update([r for r in rollouts if r.used])
+        rewards = np.concatenate([r.rewards for r in rollouts])  # [decisions, k]
+        outcomes = [o for r in rollouts for o in r.outcomes]
+        by_trajectory: dict[str, list[float]] = {}
+        for task, value in zip(tasks, rewards.mean(1)):
+            by_trajectory.setdefault(task.trajectory_id, []).append(float(value))
+        used = sum(r.used for r in rollouts)
+        return StepResult(
+            loss, kl, grad_norm, tokens, time.monotonic() - started,
+            {k: float(np.mean(v)) for k, v in by_trajectory.items()}, float(rewards.mean()),
+            float(np.mean([o.valid for o in outcomes])), float(np.mean([o.correct for o in outcomes])),
+            used, len(tasks) - used, sampled - started, [t for r in rollouts for t in r.texts],
+        )
+
+    def _rollout(self, tasks: list[Task]) -> "Rollout":
+        """k sampled answers for each of a micro-batch of decisions, priced, with their group advantages."""
+        o = self.options
+        self.model.eval()
+        batch = encode_prompts(self.tokenizer, [t.request for t in tasks], o.device)
+        tokens, mask = sample_answers(self.model, self.tokenizer, batch, o.samples, o.max_new_tokens, o.temperature, self.generator)
+        texts = decode_answers(self.tokenizer, tokens, mask)
+        priced = [task.price(texts[i * o.samples + j]) for i, task in enumerate(tasks) for j in range(o.samples)]
+        rewards = np.array([r for r, _ in priced]).reshape(len(tasks), o.samples)
+        return Rollout(batch, tokens, mask, rewards, group_advantages(rewards), [outcome for _, outcome in priced], texts)
+
+    def _update(self, rollouts: list["Rollout"]) -> tuple[float, float, float, int]:
+        """`inner_epochs` passes of the clipped ratio (against the first pass) plus KL to the base; returns loss, KL, grad norm, tokens."""
         import torch
 
         o = self.options
-        started = time.monotonic()
-        self.model.eval()
-        parts = [tasks[i : i + o.micro_batch] for i in range(0, len(tasks), o.micro_batch)]
-        batches, answers, masks, rewards, outcomes, texts = [], [], [], [], [], []
-        for part in parts:
-            batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
-            tokens, mask = sample_answers(self.model, self.tokenizer, batch, o.samples, o.max_new_tokens, o.temperature, self.generator)
-            decoded = decode_answers(self.tokenizer, tokens, mask)
-            priced = [task.price(decoded[i * o.samples + j]) for i, task in enumerate(part) for j in range(o.samples)]
-            batches.append(batch)
-            answers.append(tokens)
-            masks.append(mask)
-            rewards.append(np.array([r for r, _ in priced]).reshape(len(part), o.samples))
-            outcomes += [outcome for _, outcome in priced]
-            texts += decoded
-        sampled = time.monotonic()
-        advantages = [group_advantages(r) for r in rewards]
-        used = [i for i, a in enumerate(advantages) if np.abs(a).sum() > 0]
-        n_used = sum(int((np.abs(a).sum(1) > 0).sum()) for a in advantages)
+        if not rollouts:
+            return 0.0, 0.0, 0.0, 0
+        sequences = sum(r.used for r in rollouts) * o.samples  # the loss is a mean over the answers of decisions with a spread
+        references = [self._reference_logprobs(r.batch, r.tokens, r.mask) for r in rollouts]
+        olds: list = [None] * len(rollouts)
         loss_total = kl_total = grad_norm = 0.0
-        tokens_seen = 0
-        if used:
-            references = [self._reference_logprobs(batches[i], answers[i], masks[i]) for i in used]
-            olds: list = [None] * len(used)
-            self.model.train()
-            for epoch in range(o.inner_epochs):
-                self.optimizer.zero_grad(set_to_none=True)
-                for slot, i in enumerate(used):
-                    adv = torch.tensor(advantages[i].reshape(-1), dtype=torch.float32, device=o.device)
-                    mask = masks[i].float()
-                    logp = answer_logprobs(self.model, batches[i], answers[i], masks[i], o.samples)
-                    if olds[slot] is None:
-                        olds[slot] = logp.detach()
-                    ratio = torch.exp(logp - olds[slot])
-                    surrogate = -torch.min(ratio * adv[:, None], ratio.clamp(1 - o.clip_eps, 1 + o.clip_eps) * adv[:, None])
-                    per_token = surrogate
-                    if references[slot] is not None:
-                        delta = references[slot] - logp
-                        kl = torch.exp(delta) - delta - 1
-                        per_token = per_token + o.kl_coef * kl
-                        kl_total += float(masked_mean(kl.detach(), mask).sum()) / (n_used * o.samples * o.inner_epochs)
-                    rows = (advantages[i].reshape(-1) != 0).astype(np.float32)  # rows of decisions without spread carry no loss
-                    weight = torch.tensor(rows, device=o.device) / (n_used * o.samples)
-                    loss = (masked_mean(per_token, mask) * weight).sum()
-                    loss.backward()
-                    loss_total += float(loss.detach()) / o.inner_epochs
-                    tokens_seen += int(batches[i].attention.sum()) + int(mask.sum())
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
-                self.optimizer.step()
-            self.model.eval()
-        flat = np.concatenate([r.reshape(-1) for r in rewards])
-        per_task = np.concatenate([r.mean(1) for r in rewards])
-        by_trajectory: dict[str, list[float]] = {}
-        for task, value in zip(tasks, per_task):
-            by_trajectory.setdefault(task.trajectory_id, []).append(float(value))
-        return StepResult(
-            loss_total, kl_total, grad_norm, tokens_seen, time.monotonic() - started,
-            {k: float(np.mean(v)) for k, v in by_trajectory.items()}, float(flat.mean()),
-            float(np.mean([o_.valid for o_ in outcomes])), float(np.mean([o_.correct for o_ in outcomes])),
-            n_used, len(tasks) - n_used, sampled - started, texts,
-        )
+        tokens = 0
+        self.model.train()
+        for _ in range(o.inner_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for i, r in enumerate(rollouts):
+                advantage = torch.tensor(r.advantages.reshape(-1), dtype=torch.float32, device=o.device)[:, None]
+                rows = torch.tensor(r.rows, device=o.device)
+                mask = r.mask.float()
+                logp = answer_logprobs(self.model, r.batch, r.tokens, r.mask, o.samples)
+                if olds[i] is None:
+                    olds[i] = logp.detach()
+                ratio = torch.exp(logp - olds[i])
+                per_token = -torch.min(ratio * advantage, ratio.clamp(1 - o.clip_eps, 1 + o.clip_eps) * advantage)
+                if references[i] is not None:
+                    delta = references[i] - logp
+                    kl = torch.exp(delta) - delta - 1  # k3 estimator of KL(policy || base)
+                    per_token = per_token + o.kl_coef * kl
+                    kl_total += float((masked_mean(kl.detach(), mask) * rows).sum()) / (sequences * o.inner_epochs)
+                loss = (masked_mean(per_token, mask) * rows).sum() / sequences
+                loss.backward()
+                loss_total += float(loss.detach()) / o.inner_epochs
+                tokens += int(r.batch.attention.sum()) + int(mask.sum())
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
+            self.optimizer.step()
+        self.model.eval()
+        return loss_total, kl_total, grad_norm, tokens
 
     def _reference_logprobs(self, batch: PromptBatch, answers, mask):
         import torch
