@@ -447,11 +447,13 @@ class BabylonContext:
         json_path, csv_path = write_outputs(result)
         self.console.print(eval_table(result))
         for role, diff in result.comparison.items():
-            d = diff["direction_accuracy_diff"]
-            verdict = "beats it outside the interval" if diff["beats_outside_interval"] else "does not beat it outside the interval"
-            self.console.print(f"model vs {role}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]; {verdict}")
+            d, p = diff["direction_accuracy_diff"], diff["pnl_per_decision_diff"]
+            verdict = "beats it beyond the interval" if diff["beats_outside_interval"] else "does not beat it beyond the interval"
+            self.console.print(f"model vs {role}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], "
+                               f"P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]; {verdict}")
         if "baseline" in result.comparison or "constant" in result.comparison:
-            shown = "shown" if result.learning_shown else "NOT shown (it must beat both the baseline and the best constant action)"
+            shown = "shown" if result.learning_shown else \
+                "NOT shown (it must beat every reference, the baseline and the best constant at least, on both metrics)"
             self.console.print(f"learning {shown}")
         failed = result.model_result.failed_requests
         if failed:

@@ -48,7 +48,7 @@ def encode_answers(tokenizer, answers: list[str], device: str):
 def prefill(model, batch: PromptBatch, repeats: int):
     """Run the prompts once; the last position's logits and the KV cache, each repeated `repeats` times."""
     out = model(input_ids=batch.ids, attention_mask=batch.attention, position_ids=batch.positions, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = out.cache
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)
     return out.logits[:, -1].repeat_interleave(repeats, 0), cache
@@ -90,7 +90,7 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
                 break
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
             position = position + 1
-            out = model(input_ids=token[:, None], attention_mask=attention, position_ids=position, past_key_values=cache, use_cache=True)
+            out = model(input_ids=token[:, None], attention_mask=attention, position_ids=position, cache=cache, use_cache=True)
             logits = out.logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(masks, 1).long()
 
@@ -116,7 +116,7 @@ def answer_logprobs(model, batch: PromptBatch, answers, answer_mask, k: int):
         attention = torch.cat([batch.attention.repeat_interleave(k, 0), answer_mask[:, :-1]], 1)
         last = batch.positions[:, -1:].repeat_interleave(k, 0)
         positions = last + 1 + torch.arange(answers.shape[1] - 1, device=answers.device)[None]
-        out = model(input_ids=answers[:, :-1], attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True)
+        out = model(input_ids=answers[:, :-1], attention_mask=attention, position_ids=positions, cache=cache, use_cache=True)
         parts.append(_token_logprobs(out.logits, answers[:, 1:]))
     return torch.cat(parts, 1)
 
