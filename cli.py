@@ -390,7 +390,7 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 
 
 @cli.command()
-@click.option("--dataset", required=True, help="A scored dataset (HOME/datasets/NAME with scores.parquet).")
+@click.option("--dataset", required=True, help="A dataset (HOME/datasets/NAME); without --on-policy it is scored first if it has no scores.")
 @click.option("--backend", type=click.Choice(["torch", "art", "serverless"]), default="torch", show_default=True,
               help="torch: LoRA on CPU/GPU here; art: ART LocalBackend (NVIDIA GPU); serverless: ART on W&B (WANDB_API_KEY).")
 @click.option("--base-model", default="smollm2-135m", show_default=True,
@@ -422,8 +422,8 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
 @click.option("--objective", type=click.Choice(["grpo", "awr", "imitate"]), default="grpo", show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
-                   "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate (with --on-policy) = "
-                   "supervised on every logged answer, the imitation baseline.")
+                   "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
+                   "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline.")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="AWR temperature: smaller trusts the judge more.")
 @click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")
@@ -432,13 +432,19 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.pass_obj
 @error_handler
 def train(obj: BabylonContext, **options) -> None:
-    """Train a policy on a scored dataset (GRPO: one group per window).
+    """Train a policy: GRPO on its own answers (--on-policy), or on a dataset's scored trajectories.
 
     \b
-    Writes HOME/runs/RUN/ (checkpoints/step-N, metrics.csv, wandb/). With --database-url
-    it records training_batches and trained_models and marks trained trajectories.
+    --on-policy: the policy (SmolLM2-135M-Instruct by default, made on first use) answers the
+    train split's replayed decisions, --samples answers each, priced by what the market did.
+    Without it: one GRPO group per window of logged trajectories, weighted by their scores.
+    Selection (--eval-every, --keep-best) reads the validation split, never eval.
+    Writes HOME/runs/RUN/ (checkpoints/step-N, metrics.csv, inputs.json, wandb/). With
+    --database-url it records training_batches and trained_models and marks trained trajectories.
     \b
     Examples:
+      python cli.py train --dataset demo --on-policy --max-steps 12
+      python cli.py train --dataset demo --objective imitate --run-name demo-imitation --max-steps 12
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume

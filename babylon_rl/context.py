@@ -421,7 +421,7 @@ class BabylonContext:
             error = exc.errors()[0]
             raise ConfigError(f"invalid training options: {error['loc'][0]}: {error['msg']}") from None
         self.home.ensure()
-        if not config.on_policy:
+        if not config.on_decisions:
             self._score_if_missing(config.dataset, judge)
         result = train(self.home, config, self.database_url, self.console)
         best = f", best {result.best_checkpoint}" if result.best_checkpoint else ""

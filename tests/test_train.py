@@ -97,6 +97,20 @@ def test_train_torch_writes_artefacts_and_game_rows(template, home, run_cli, mig
     assert _query(migrated_pg_url, "SELECT count(*) FROM trained_models")[0][0] == 1
 
 
+def test_keep_best_archives_checkpoints_with_their_metrics(template, home, run_cli, migrated_pg_url):
+    """Archived checkpoint rows keep avgReward and evalMetrics; benchmarkScore is left to `cli.py eval` (held-out accuracy)."""
+    h = install(template, home)
+    _insert_game_rows(migrated_pg_url, h)
+    result = run_cli("--database-url", migrated_pg_url, "train", *TRAIN_ARGS, "--max-steps", "4", "--run-name", "kb",
+                     "--checkpoint-every", "1", "--keep-best")
+    assert result.exit_code == 0, result.output
+    rows = _query(migrated_pg_url, 'SELECT "modelId", status, "avgReward", "evalMetrics", "benchmarkScore" FROM trained_models')
+    archived = [r for r in rows if r[1] == "archived"]
+    assert archived and len(rows) == 4
+    assert all(r[2] is not None and r[3] and "score" in r[3] for r in archived)
+    assert all(r[4] is None for r in rows)
+
+
 @pytest.mark.parametrize("objective", ["grpo", "awr"])
 def test_high_scored_answers_gain_log_probability(template, home, objective):
     h = install(template, home)

@@ -252,31 +252,12 @@ def turn_tokens(tokenizer, turns: list[dict]) -> int:
     return sum(len(x) for x in ids) + TURN_OVERHEAD * len(turns)
 
 
-def fit_context(tokenizer, messages: list[dict], budget: int) -> list[dict]:
-    """The system turns plus the latest exchanges that fit in `budget` tokens; the last exchange always stays.
-
-    The context rule of an agent with a bounded window: the evaluation prompts a model with
-    it, and training chunks (`encode_chunks`) look the same, so both see alike contexts.
-    """
-    system, parts = exchanges(messages)
-    costs = [turn_tokens(tokenizer, part) for part in parts]
-    used = turn_tokens(tokenizer, system)
-    if not parts or used + sum(costs) <= budget:
-        return messages
-    first = len(parts) - 1
-    used += costs[-1]
-    while first > 0 and used + costs[first - 1] <= budget:
-        first -= 1
-        used += costs[first]
-    return system + [m for part in parts[first:] for m in part]
-
-
 def encode_chunks(tokenizer, messages: list[dict], max_length: int) -> list[Encoded]:
     """A conversation as chunks of at most `max_length` tokens that all carry answer tokens.
 
     A conversation that fits is one chunk. A longer one is cut between exchanges (input turns
     plus the answer); every chunk starts with the system prompt, so each answer is trained in a
-    context like the one `fit_context` gives at evaluation. An exchange longer than the budget
+    context that holds the system prompt and the latest exchanges. An exchange longer than the budget
     on its own keeps its first `max_length` tokens.
     """
     system, parts = exchanges(messages)

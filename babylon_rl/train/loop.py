@@ -58,6 +58,11 @@ class TrainConfig(BaseModel):
     def name(self) -> str:
         return self.run_name or f"{self.dataset}-{self.backend}"
 
+    @property
+    def on_decisions(self) -> bool:
+        """Trained on replayed decisions (its own answers, or with `imitate` the logged ones), not on scored trajectories."""
+        return self.on_policy or self.objective == "imitate"
+
 
 @dataclass
 class StepHooks:
@@ -81,7 +86,7 @@ class TrainResult:
 
 
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=None):
-    if config.on_policy:
+    if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
 
@@ -173,24 +178,24 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
                 step = state["step"] + 1
                 groups = [data.train[i] for i in schedule.batch(step - 1)]
                 # logged trajectories: only windows whose scores differ teach anything; own answers: every decision
-                used = groups if config.on_policy else [g for g in groups if g.has_spread]
-                rewards = {} if config.on_policy else {s.trajectory_id: s.reward for g in used for s in g.samples}
+                used = groups if config.on_decisions else [g for g in groups if g.has_spread]
+                rewards = {} if config.on_decisions else {s.trajectory_id: s.reward for g in used for s in g.samples}
                 if writeback and used:
                     writeback.start_batch(step, sorted({g.window_id for g in used}), rewards or {g.trajectory_id: None for g in used})
                     in_flight = step
                 hooks.before_update(step)
                 stats = trainer.train_step(used) if used else None
-                if config.on_policy:
+                if config.on_decisions:
                     rewards = stats.rewards
                 state["step"] = step
                 state["skipped"] += len(groups) - len(used)
                 state["reward_sum"] += sum(rewards.values())
                 state["reward_count"] += len(rewards)
                 if writeback and used:
-                    writeback.complete_batch(step, list(rewards), stats.loss, None, rewards if config.on_policy else None)
+                    writeback.complete_batch(step, list(rewards), stats.loss, None, rewards if config.on_decisions else None)
                     in_flight = None
                 trained_ids += list(rewards)
-                metrics = _on_policy_metrics(step, schedule, stats, config.learning_rate) if config.on_policy else \
+                metrics = _on_policy_metrics(step, schedule, stats, config.learning_rate) if config.on_decisions else \
                     _metrics(step, schedule, groups, used, stats, config.learning_rate)
                 tracker.log_step(metrics)
                 ctx.after_step(step, total_steps)
@@ -207,7 +212,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
 
 def _load_data(home: Home, config: TrainConfig):
-    if config.on_policy:
+    if config.on_decisions:
         from babylon_rl.train.grpo import load_decision_data
 
         return load_decision_data(home, config.dataset)

@@ -105,10 +105,11 @@ class WriteBack:
             )
 
     def model_finished(self, model_key: str, status: str, avg_reward: float | None, eval_metrics: dict | None) -> None:
+        """Set a checkpoint's status; metrics given as None keep the row's earlier ones (archiving keeps what was measured)."""
         with db.connect(self.url) as conn, conn.transaction():
             conn.execute(
-                """UPDATE "trained_models" SET "status" = %s, "avgReward" = %s, "evalMetrics" = %s::jsonb,
-                          "updatedAt" = now(),
+                """UPDATE "trained_models" SET "status" = %s, "avgReward" = COALESCE(%s, "avgReward"),
+                          "evalMetrics" = COALESCE(%s::jsonb, "evalMetrics"), "updatedAt" = now(),
                           "archivedAt" = CASE WHEN %s = 'archived' THEN now() ELSE "archivedAt" END
                    WHERE "modelId" = %s""",
                 (status, avg_reward, json.dumps(eval_metrics) if eval_metrics else None, status, f"{self.run_name}:{model_key}"),
