@@ -87,7 +87,7 @@ def _kill_dataset_build(tmp_path: Path, kill) -> None:
     published = home / "datasets" / "d"
     if published.exists():  # the old dataset or the new one, never a half one (absent only mid-swap)
         manifest = json.loads((published / "manifest.json").read_text())
-        assert set(_dataset_files(home)) == {"train.parquet", "eval.parquet", "contexts.parquet"}
+        assert set(_dataset_files(home)) == {"train.parquet", "validation.parquet", "eval.parquet", "contexts.parquet"}
         assert manifest["parameters"]["seed"] in (0, 3)
 
     ok(run(home, *DATASET_ARGS))
