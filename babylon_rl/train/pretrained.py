@@ -49,15 +49,17 @@ def gguf_path() -> Path:
 
 @contextmanager
 def _quiet_tqdm() -> Iterator[None]:
-    previous = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
+    """transformers' GGUF reader draws a raw tqdm bar of its own: switch it off while converting."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = previous
+        gguf_utils.tqdm = original
 
 
 def model_dir(home: Home, name: str = DEFAULT_MODEL) -> Path:
