@@ -4,7 +4,11 @@ DuckDB's own postgres scanner reads the source (LOADed from the pip-installed
 extension, never downloaded). Later runs copy only rows whose watermark column
 (`updatedAt`, else `createdAt`) is past the last watermark minus a safety margin,
 and upsert them on the primary key; rows already present unchanged are not
-counted again. The windows touched by changed rows are recorded in
+counted again. The watermark is capped at the source's own clock (`now()` read from PostgreSQL
+before the copy): a row stamped in the future (a skewed game clock, a bad write) is copied and
+counted in the summary, but cannot hide the rows stamped after it. The margin (10 minutes) covers
+rows a long transaction commits after a snapshot with an older stamp; a row committed later than
+that after its stamp is caught only by `snapshot --full`. The windows touched by changed rows are recorded in
 `meta.dirty_windows` so the next build restates them.
 
 One DuckDB transaction per snapshot: an interrupted run leaves the warehouse as it was.
@@ -34,6 +38,7 @@ class TableCopy:
     table: str
     rows_copied: int
     watermark: str | None
+    future_rows: int = 0  # rows stamped after the source's clock at copy time
 
 
 @dataclass
@@ -47,6 +52,10 @@ class SnapshotResult:
     @property
     def rows_copied(self) -> int:
         return sum(table.rows_copied for table in self.tables)
+
+    @property
+    def future_rows(self) -> int:
+        return sum(table.future_rows for table in self.tables)
 
 
 def last_watermarks(conn: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
@@ -90,6 +99,20 @@ def _detach(conn: duckdb.DuckDBPyConnection) -> None:
 def _select_source(table: RawTable) -> str:
     casts = ", ".join(f'CAST("{name}" AS {type_}) AS "{name}"' for name, type_ in table.columns)
     return f"SELECT {casts} FROM {SOURCE_ALIAS}.public.{table.name}"
+
+
+def _source_now(conn: duckdb.DuckDBPyConnection) -> datetime:
+    """The source's clock in UTC (the game's timestamps are UTC without a zone), read through the attached database."""
+    query = "SELECT (now() AT TIME ZONE ''UTC'')::timestamp AS now"
+    return conn.execute(f"SELECT now FROM postgres_query('{SOURCE_ALIAS}', '{query}')").fetchone()[0]
+
+
+def _new_watermark(conn: duckdb.DuckDBPyConnection, table: RawTable, source_now: datetime) -> tuple[datetime | None, int]:
+    """The newest stamp in raw, capped at the source's clock, and how many rows are stamped after that clock."""
+    newest, future = conn.execute(
+        f'SELECT max("{table.watermark}"), count(*) FILTER (WHERE "{table.watermark}" > $now) FROM raw.{table.name}',
+        {"now": source_now}).fetchone()
+    return (min(newest, source_now) if newest else None), future
 
 
 def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetime | None) -> int:
@@ -149,14 +172,15 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
         previous = {} if full else last_watermarks(conn)
         result.full_copy = full or not previous
         conn.execute("BEGIN TRANSACTION")
+        source_now = _source_now(conn)
         for table in RAW_TABLES:
             mark = previous.get(table.name)
             since = datetime.fromisoformat(mark) - margin if mark else None
             rows = _copy_table(conn, table, since if not result.full_copy else None)
             if not result.full_copy:
                 _mark_dirty(conn, table)
-            new_mark = conn.execute(f'SELECT max("{table.watermark}") FROM raw.{table.name}').fetchone()[0]
-            result.tables.append(TableCopy(table.name, rows, new_mark.isoformat() if new_mark else mark))
+            new_mark, future = _new_watermark(conn, table, source_now)
+            result.tables.append(TableCopy(table.name, rows, new_mark.isoformat() if new_mark else mark, future))
         if result.full_copy:
             conn.execute("INSERT INTO meta.dirty_windows SELECT 'epoch'::TIMESTAMP, now()::TIMESTAMP ON CONFLICT DO NOTHING")
         result.dirty_windows = conn.execute("SELECT count(*) FROM meta.dirty_windows").fetchone()[0]

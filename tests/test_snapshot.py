@@ -75,6 +75,41 @@ def test_late_row_inside_the_safety_margin_is_caught(game: str, home: Path) -> N
     assert (datetime(2025, 1, 15, 10, 0),) in _rows(home, "SELECT window_start FROM meta.dirty_windows")
 
 
+def test_row_committed_later_than_the_margin_needs_a_full_snapshot(game: str, home: Path) -> None:
+    """The documented limit of the margin: a row stamped 20 minutes before the watermark, committed after a
+    snapshot, is not caught incrementally (margin 10 minutes); `snapshot --full` copies it."""
+    run_snapshot(Home.resolve(home), game)
+    late = datetime(2025, 1, 15, 12, 0) - timedelta(minutes=20)
+    insert(game, "trajectories", [trajectory("t4", "a3", "2025-01-15T10:00", updated=late)])
+    assert {t.table: t.rows_copied for t in run_snapshot(Home.resolve(home), game).tables}["trajectories"] == 0
+    run_snapshot(Home.resolve(home), game, full=True)
+    assert _rows(home, "SELECT count(*) FROM raw.trajectories") == [(4,)]
+
+
+def _source_clock(url: str) -> datetime:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT (now() AT TIME ZONE 'UTC')::timestamp").fetchone()[0]
+
+
+def test_future_dated_row_does_not_hide_later_rows(game: str, home: Path, run_cli) -> None:
+    """One row stamped a day ahead of the source's clock: the watermark stays at the clock, so rows stamped
+    after the snapshot (but before that future stamp) are still copied, and the summary counts the row."""
+    source_now = _source_clock(game)
+    insert(game, "trajectories", [trajectory("t-future", "a9", "2025-01-15T10:00", updated=source_now + timedelta(days=1))])
+    first = run_snapshot(Home.resolve(home), game)
+    trajectories = next(t for t in first.tables if t.table == "trajectories")
+    assert trajectories.future_rows == 1
+    assert datetime.fromisoformat(trajectories.watermark) < source_now + timedelta(minutes=5)
+    now = _source_clock(game)  # after the first snapshot's clock, a day before the future row's stamp
+    insert(game, "trajectories", [trajectory(f"t-new{i}", "a8", "2025-01-15T11:00", updated=now) for i in range(3)])
+    run_snapshot(Home.resolve(home), game)
+    assert _rows(home, """SELECT count(*) FROM raw.trajectories WHERE "trajectoryId" LIKE 't-new%'""") == [(3,)]
+    result = run_cli("--database-url", game, "snapshot")
+    assert "row(s) of trajectories are stamped after the source's clock" in " ".join(result.output.split())
+
+
 def test_full_recopies_everything_and_forgets_deleted_rows(game: str, home: Path) -> None:
     run_snapshot(Home.resolve(home), game)
     execute(game, """DELETE FROM trajectories WHERE "trajectoryId" = 't1'""")
