@@ -5,7 +5,7 @@ Runs the quickstart's pipeline at a longer budget in a fresh home (simulate -> b
 then replays the held-out windows for the base model (step 0) and every checkpoint. The eval
 split is read only here, after training, to draw the curve: no checkpoint is chosen by it.
 Next to the curve: the best constant action (chosen on train + validation) and the rule that
-reads the news (buy the ticker of the latest bullish headline of the last 30 minutes, sell on a
+reads the news (`evaluate/rules.py`: buy the ticker of the latest bullish headline of the last 30 minutes, sell on a
 bearish one, else the best constant), the reference a learner could reach.
 
 Writes HOME/runs/RUN/curve.json (the report draws it) and prints Markdown for docs/BENCHMARKS.md:
@@ -21,7 +21,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import resource
 import shutil
 import sys
@@ -35,48 +34,8 @@ sys.path.insert(0, str(ROOT))
 from babylon_rl.context import BabylonContext  # noqa: E402
 from babylon_rl.dataset.params import BuildParams  # noqa: E402
 from babylon_rl.evaluate import EvalOptions  # noqa: E402
-from babylon_rl.evaluate.actions import parse_action  # noqa: E402
-from babylon_rl.evaluate.scoring import read_observation, score_action  # noqa: E402
-from babylon_rl.evaluate.stats import ratio_interval, resample_indices  # noqa: E402
-from babylon_rl.simulate.market import HEADLINES  # noqa: E402
-
-NEWS_LINE = re.compile(r"^\s*\[(\d\d):(\d\d)\] ([A-Z]+): (.*)$", re.MULTILINE)
-CLOCK = re.compile(r"It is (\d\d):(\d\d) UTC")
-FRESH_MINUTES = 30
-
-
-def news_rule(observation: str, fallback: str) -> str:
-    """Buy (sell) the ticker of the latest bullish (bearish) headline of the last 30 minutes; else `fallback`."""
-    clock = CLOCK.search(observation)
-    now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
-    for hours, minutes, ticker, headline in reversed(NEWS_LINE.findall(observation)):
-        if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
-            break
-        for sentiment in ("BULLISH", "BEARISH"):
-            if any(re.fullmatch(re.escape(t).replace(r"\{name\}", ".+").replace(r"\{ticker\}", "[A-Z]+"), headline.strip())
-                   for t in HEADLINES[sentiment]):
-                return json.dumps({"action": "buy" if sentiment == "BULLISH" else "sell", "ticker": ticker, "shares": 10})
-    return fallback
-
-
-def rule_metrics(result, answer_of) -> dict:
-    """Direction accuracy and P&L per decision of a rule on the same held-out decisions as the evaluation."""
-    eval_set = result.eval_set
-    index = {w: i for i, w in enumerate(eval_set.windows)}
-    n = len(index)
-    correct, pnl, count = [0.0] * n, [0.0] * n, [0.0] * n
-    for d in eval_set.decisions:
-        outcome = score_action(parse_action(answer_of(d)), read_observation(d.observation), eval_set.truths[d.window_id])
-        i = index[d.window_id]
-        correct[i] += outcome.correct
-        pnl[i] += outcome.pnl
-        count[i] += 1
-    indices = resample_indices(n, result.options.resamples, result.options.seed)
-    import numpy as np
-
-    return {"direction_accuracy": ratio_interval(np.array(correct), np.array(count), indices).value,
-            "pnl_per_decision": ratio_interval(np.array(pnl), np.array(count), indices).value}
-
+from babylon_rl.evaluate.rules import news_rule  # noqa: E402
+from babylon_rl.evaluate.run import score_answers  # noqa: E402
 
 def point(step: int, result) -> dict:
     model = result.model_result.metrics
@@ -132,8 +91,10 @@ def main() -> None:
                                           baseline=None if last else "none", **options))
         curve.append(point(step, result))
     constant = result.constant.answer if result.constant else json.dumps({"action": "hold"})
-    references = {"constant": rule_metrics(result, lambda d: constant),
-                  "news_rule": rule_metrics(result, lambda d: news_rule(d.observation, constant))}
+    decisions = result.eval_set.decisions
+    references = {name: {key: scored.metrics[key].value for key in ("direction_accuracy", "pnl_per_decision")}
+                  for name, scored in (("constant", score_answers("constant", [constant] * len(decisions), result)),
+                                       ("news_rule", score_answers("news rule", [news_rule(d.request, constant) for d in decisions], result)))}
     for row in curve:
         for name, metrics in references.items():
             row |= {f"{name}_{key}": value for key, value in metrics.items()}

@@ -234,22 +234,32 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
 
 
 def _news_reader(body: dict) -> str:
-    """A policy that reads the compact prompt's fresh headlines (the rule a learner could find), else buys the first stock."""
+    """The rule that reads the compact prompt's fresh headlines (the reference a learner could reach), else buys the first stock."""
     import re
 
-    from babylon_rl.simulate.market import HEADLINES
+    from babylon_rl.evaluate.prompts import DecisionPrompt
+    from babylon_rl.evaluate.rules import news_rule
 
-    text = body["messages"][-1]["content"]
-    now = re.match(r"(\d\d):(\d\d)", text)
-    minutes = int(now.group(1)) * 60 + int(now.group(2)) if now else 0
-    for hh, mm, ticker, headline in reversed(re.findall(r"^(\d\d):(\d\d) ([A-Z]+): (.*)$", text, re.M)):
-        if (minutes - int(hh) * 60 - int(mm)) % 1440 > 30:
-            break
-        for sentiment, kind in (("BULLISH", "buy"), ("BEARISH", "sell")):
-            if any(re.fullmatch(re.escape(t).replace(r"\{name\}", ".+").replace(r"\{ticker\}", "[A-Z]+"), headline) for t in HEADLINES[sentiment]):
-                return json.dumps({"action": kind, "ticker": ticker, "shares": 20})
-    first = re.search(r"^([A-Z]+) [0-9,]+ [+-]", text, re.M)
-    return json.dumps({"action": "buy", "ticker": first.group(1) if first else "ACME", "shares": 20})
+    first = re.search(r"^([A-Z]+) [0-9,]+ [+-]", body["messages"][-1]["content"], re.M)
+    fallback = json.dumps({"action": "buy", "ticker": first.group(1) if first else "ACME", "shares": 20})
+    return news_rule(DecisionPrompt(body["messages"], {}), fallback, shares=20)
+
+
+def test_news_rule_trades_the_latest_fresh_telling_headline() -> None:
+    from babylon_rl.evaluate.prompts import DecisionPrompt
+    from babylon_rl.evaluate.rules import headline_sentiment, news_rule
+
+    def prompt(news: str) -> DecisionPrompt:
+        return DecisionPrompt([{"role": "user", "content": f"12:40, 20 min left\nACME 230 -0.3%\nBOLT 276 +0.1%\nNews:\n{news}\nCash 10,000"}], {})
+
+    hold = '{"action": "hold"}'
+    bullish_then_bearish = "12:15 ACME: Acme Corp beats earnings expectations\n12:30 BOLT: Regulators open a probe into Bolt Energy"
+    assert json.loads(news_rule(prompt(bullish_then_bearish), hold)) == {"action": "sell", "ticker": "BOLT", "shares": 10}
+    assert json.loads(news_rule(prompt("12:15 ACME: Analysts upgrade ACME to strong buy\n12:35 BOLT: Bolt Energy updates its logo"), hold))["action"] == "buy"
+    assert news_rule(prompt("12:05 ACME: Acme Corp beats earnings expectations"), hold) == hold  # 35 minutes old: stale
+    assert news_rule(prompt("  (none yet)"), hold) == hold
+    assert headline_sentiment("Acme Corp names a new board member") == "NEUTRAL"
+    assert headline_sentiment("Acme Corp goes to the moon") is None
 
 
 @pytest.mark.parametrize("news_strength, shown", [(1.0, True), (0.0, False)])

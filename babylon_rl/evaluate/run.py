@@ -162,6 +162,15 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
                       ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
+def score_answers(name: str, answers: list[str], result: EvalResult) -> PolicyResult:
+    """Answers to an evaluation's decisions (in its order) scored and summarised as its policies were: a reference
+    computed after the fact (the benchmark's news rule) on the same decisions and bootstrap resamples."""
+    eval_set, options = result.eval_set, result.options
+    scored = _scored("reference", name, name, answers, eval_set, options)
+    _summarise(scored, eval_set, resample_indices(len(eval_set.windows), options.resamples, options.seed))
+    return scored
+
+
 def _model_policy(home: Home, options: EvalOptions) -> tuple[Policy, ModelRef | None]:
     if options.base_url:
         return EndpointPolicy(options.base_url, options.model, f"model {options.model}", options.max_new_tokens,
@@ -203,14 +212,18 @@ def answer_key(action: Action | None) -> str:
 
 
 def _score(role: str, policy: Policy, answers: list[str], eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
+    model = getattr(policy, "model", None) or getattr(policy, "text", None) or str(getattr(getattr(policy, "ref", None), "path", "logged"))
+    return _scored(role, policy.name, model, answers, eval_set, options, getattr(policy, "failures", 0))
+
+
+def _scored(role: str, name: str, model: str, answers: list[str], eval_set: EvalSet, options: EvalOptions,
+            failures: int = 0) -> PolicyResult:
     actions = [d.request.resolve(parse_action(answer)) for d, answer in zip(eval_set.decisions, answers)]
     outcomes = [
         score_action(action, read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct)
         for d, action in zip(eval_set.decisions, actions)
     ]
-    model = getattr(policy, "model", None) or getattr(policy, "text", None) or str(getattr(getattr(policy, "ref", None), "path", "logged"))
-    return PolicyResult(policy.name, role, model, outcomes, [answer_key(a) for a in actions],
-                        failed_requests=getattr(policy, "failures", 0))
+    return PolicyResult(name, role, model, outcomes, [answer_key(a) for a in actions], failed_requests=failures)
 
 
 # -- statistics -------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""The rule that reads the news: the reference a learner on the simulated market could reach.
+
+Buy (sell) the ticker of the latest bullish (bearish) headline of the last `FRESH_MINUTES`,
+read from the compact decision prompt (`prompts.py`: `12:23, 37 min left` and `12:13 ACME:
+Acme Corp beats earnings expectations`); with no fresh telling headline, the fallback answer.
+Headlines are told apart by the simulator's own templates, so the rule knows what the game's
+text means and no model has to: it is an upper reference for the benchmark and the test that a
+policy which reads the news is recognised, never a trained policy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from babylon_rl.evaluate.prompts import DecisionPrompt
+from babylon_rl.simulate.market import HEADLINES
+
+FRESH_MINUTES = 30
+CLOCK = re.compile(r"^(\d\d):(\d\d)", re.M)
+NEWS_LINE = re.compile(r"^(\d\d):(\d\d) ([A-Z][A-Z0-9.]{0,9}): (.*)$", re.M)
+_TEMPLATES = {
+    sentiment: [re.compile(re.escape(t).replace(r"\{name\}", ".+").replace(r"\{ticker\}", "[A-Z]+")) for t in templates]
+    for sentiment, templates in HEADLINES.items()
+}
+
+
+def headline_sentiment(headline: str) -> str | None:
+    """BULLISH, BEARISH or NEUTRAL for a headline of the simulator's templates, else None."""
+    return next((s for s, patterns in _TEMPLATES.items() if any(p.fullmatch(headline.strip()) for p in patterns)), None)
+
+
+def news_rule(prompt: DecisionPrompt, fallback: str, shares: int = 10) -> str:
+    text = prompt.messages[-1]["content"]
+    clock = CLOCK.search(text)
+    now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
+    for hours, minutes, ticker, headline in reversed(NEWS_LINE.findall(text)):
+        if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
+            break
+        sentiment = headline_sentiment(headline)
+        if sentiment in ("BULLISH", "BEARISH"):
+            return json.dumps({"action": "buy" if sentiment == "BULLISH" else "sell", "ticker": ticker, "shares": shares})
+    return fallback
