@@ -429,13 +429,22 @@ class BabylonContext:
         if not config.on_decisions:
             self._score_if_missing(config.dataset, judge)
         result = train(self.home, config, self.database_url, self.console)
+        self._print_trained(result, config.on_decisions)
+        return result
+
+    def _print_trained(self, result: "TrainResult", on_decisions: bool) -> None:
         best = f", best {result.best_checkpoint}" if result.best_checkpoint else ""
         merged = f", merged model {result.merged}" if result.merged else ""
-        self.console.print(
-            f"trained {result.steps}/{result.total_steps} steps on {len(set(result.trained_ids))} trajectories "
-            f"({result.skipped_groups} windows skipped: no reward spread); run {result.run_dir}{best}{merged}"
-        )
-        return result
+        if result.resumed_at and not result.steps_this_run:
+            self.console.print(f"nothing to train: {result.run_dir.name} had already done all {result.total_steps} steps; "
+                               f"run {result.run_dir}{best}{merged}")
+            return
+        steps = f"{result.steps_this_run} steps this time (resumed at step {result.resumed_at}; {result.steps}/{result.total_steps} in all)" \
+            if result.resumed_at else f"{result.steps}/{result.total_steps} steps"
+        trajectories = len(set(result.trained_ids))
+        what = f"the decisions of {trajectories} trajectories" if on_decisions else \
+            f"{trajectories} trajectories ({result.skipped_groups} windows skipped: no reward spread)"
+        self.console.print(f"trained {steps} on {what}; run {result.run_dir}{best}{merged}")
 
     # -- evaluation -------------------------------------------------------------------
     def evaluate(self, options: "EvalOptions") -> "EvalResult":

@@ -182,12 +182,16 @@ def test_interrupt_then_resume_ends_like_an_uninterrupted_run(template, home, ru
     resumed = run_cli("--database-url", migrated_pg_url, "train", "--dataset", "ds", "--run-name", "r2", "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert "resuming r2 from step 3 of 5" in resumed.output
+    assert "trained 2 steps this time (resumed at step 3; 5/5 in all)" in " ".join(resumed.output.split())
     assert _metric_steps(run_dir) == [1, 2, 3, 4, 5]
     rows = _query(migrated_pg_url, 'SELECT "batchId", "trajectoryIds", status FROM training_batches')
     assert {r[0]: json.loads(r[1]) for r in rows} == {f"r2:step-{s}": ids for s, ids in expected.items()}
     assert {r[2] for r in rows} == {"completed"}
     state = json.loads((run_dir / "checkpoints" / "step-5" / "state.json").read_text())
     assert state["step"] == 5
+    again = run_cli("train", "--dataset", "ds", "--run-name", "r2", "--resume")
+    assert again.exit_code == 0, again.output
+    assert "nothing to train: r2 had already done all 5 steps" in " ".join(again.output.split())
 
 
 def test_keep_best_merge_and_corrupted_checkpoint(template, home, run_cli):

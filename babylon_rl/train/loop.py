@@ -83,6 +83,11 @@ class TrainResult:
     skipped_groups: int
     wandb_run_id: str | None
     eval: dict = field(default_factory=dict)
+    resumed_at: int = 0  # the step a --resume run started from (0: a fresh run)
+
+    @property
+    def steps_this_run(self) -> int:
+        return self.steps - self.resumed_at
 
 
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=None):
@@ -163,6 +168,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     if config.resume and run.checkpoint_steps():
         state.update(trainer.load(run.checkpoint(run.checkpoint_steps()[-1])).get("loop", {}))
         console.print(f"resuming {config.name} from step {state['step']} of {total_steps}")
+    resumed_at = state["step"]
 
     writeback = WriteBack(database_url, config.name, base_model) if database_url else None
     if writeback:
@@ -208,7 +214,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
         merged = ctx.merge() if config.merge else None
 
     return TrainResult(run.root, state["step"], total_steps, [run.checkpoint(s) for s in run.checkpoint_steps()],
-                       ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval)
+                       ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval, resumed_at)
 
 
 def _load_data(home: Home, config: TrainConfig):
