@@ -53,10 +53,6 @@ class SnapshotResult:
     def rows_copied(self) -> int:
         return sum(table.rows_copied for table in self.tables)
 
-    @property
-    def future_rows(self) -> int:
-        return sum(table.future_rows for table in self.tables)
-
 
 def last_watermarks(conn: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     row = conn.execute("SELECT tables_json FROM meta.snapshots ORDER BY finished_at DESC LIMIT 1").fetchone()
