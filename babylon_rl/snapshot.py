@@ -97,6 +97,16 @@ def _select_source(table: RawTable) -> str:
     return f"SELECT {casts} FROM {SOURCE_ALIAS}.public.{table.name}"
 
 
+def _check_game_tables(conn: duckdb.DuckDBPyConnection, url: str) -> None:
+    """A source without the game's tables (an empty or unmigrated database) is a setup error, not a failed copy."""
+    present = {row[0] for row in conn.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'public'", {"db": SOURCE_ALIAS}).fetchall()}
+    missing = [table.name for table in RAW_TABLES if table.name not in present]
+    if missing:
+        raise DatabaseError(f"{mask_url(url)} has no {', '.join(missing)} table(s): run python cli.py db migrate there first, "
+                            "or point --database-url at the game's database")
+
+
 def _source_now(conn: duckdb.DuckDBPyConnection) -> datetime:
     """The source's clock in UTC (the game's timestamps are UTC without a zone), read through the attached database."""
     query = "SELECT (now() AT TIME ZONE ''UTC'')::timestamp AS now"
@@ -165,6 +175,7 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
         warehouse.create_raw_schema(conn)
         warehouse.create_meta_schema(conn)
         _attach_source(conn, url, home)
+        _check_game_tables(conn, url)
         previous = {} if full else last_watermarks(conn)
         result.full_copy = full or not previous
         conn.execute("BEGIN TRANSACTION")

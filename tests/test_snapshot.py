@@ -142,6 +142,13 @@ def test_snapshot_command_prints_counts(run_cli, game: str) -> None:
     assert "trajectories" in result.output and "full copy" in result.output
 
 
+def test_empty_database_says_migrate(run_cli, pg_url: str) -> None:
+    """A database without the game's tables: the next step is `db migrate`, not "run it again"."""
+    result = run_cli("--database-url", pg_url, "snapshot")
+    assert result.exit_code == 2, result.output
+    assert "db migrate" in result.output and "run it again" not in result.output and "Traceback" not in result.output
+
+
 def test_snapshot_without_database_url_is_a_clear_error(run_cli) -> None:
     result = run_cli("snapshot")
     assert result.exit_code == 2
