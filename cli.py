@@ -42,6 +42,7 @@ def error_handler(func: F) -> F:
 @click.option("--database-url", envvar="DATABASE_URL", help="The game's PostgreSQL, e.g. postgresql://postgres@127.0.0.1/babylon")
 @click.version_option(package_name="babylon-rl")
 @click.pass_context
+@error_handler
 def cli(ctx: click.Context, home: str | None, database_url: str | None) -> None:
     """Train LLM trading agents from the logs of the Babylon game.
 

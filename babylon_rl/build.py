@@ -44,7 +44,8 @@ class ProdUpdate:
     restate_range: tuple[datetime, datetime] | None  # the range recomputed, None when nothing was
     versions: dict[str, tuple[str, str]]  # model name -> (fingerprint, table version) now in prod
     built_until: datetime  # the models' last cron tick: SQLMesh computes no window starting at or after it
-    restated_windows: int = 0  # dirty windows computed again (those starting before built_until)
+    restated_windows: int = 0  # windows computed again: the dirty ones, or every window with data when whole_history
+    whole_history: bool = False  # every day with data was recomputed (new model versions, a full snapshot)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class BuildResult:
     snapshot: SnapshotResult | None
     restated_windows: int
     restate_range: tuple[datetime, datetime] | None
+    whole_history: bool = False
     models_changed: bool = False
     pending_windows: int = 0  # changed windows starting at or after built_until, left for a later build
     built_until: datetime | None = None
@@ -175,6 +177,21 @@ def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
     return first, datetime(newest.year, newest.month, newest.day) + timedelta(days=1)
 
 
+def _windows_with_data(home: Home, start: datetime, end: datetime) -> int:
+    """How many windows in [start, end) hold a trajectory (the window each trajectory is counted in)."""
+    conn = warehouse.connect(home, read_only=True)
+    try:
+        return conn.execute(
+            """SELECT count(DISTINCT coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', "startTime")))
+               FROM raw.trajectories
+               WHERE coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', "startTime")) >= $start
+                 AND coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', "startTime")) < $end""",
+            {"start": start, "end": end},
+        ).fetchone()[0]
+    finally:
+        conn.close()
+
+
 def apply_models(context, home: Home, dirty: list[datetime], window_hours: int = 1) -> ProdUpdate:
     """Apply the models to prod, computing only windows that have data, then recompute the dirty ones.
 
@@ -190,7 +207,7 @@ def apply_models(context, home: Home, dirty: list[datetime], window_hours: int =
     data_days = _days_with_data(home)
     context.console.failures.clear()
     try:
-        return plan_prod(context, dirty, window_hours, data_days)
+        update = plan_prod(context, dirty, window_hours, data_days)
     except SQLMeshError as exc:
         raise WarehouseError(
             f"the SQLMesh build failed ({describe_failures(context) or exc}); the marts keep their previous version; "
@@ -198,6 +215,9 @@ def apply_models(context, home: Home, dirty: list[datetime], window_hours: int =
         ) from None
     finally:
         context.close()  # DuckDB lets no other process open the warehouse while SQLMesh holds it
+    if update.whole_history:
+        update.restated_windows = _windows_with_data(home, *update.restate_range)
+    return update
 
 
 def _last_cron_tick(context) -> datetime:
@@ -224,7 +244,8 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
     new_versions = {name: v for name, (_, v) in before.items()} != {name: v for name, (_, v) in after.items()}
     due = [window for window in dirty if window < horizon]  # SQLMesh would compute nothing for the others
     restate = None
-    if data_days is not None and (new_versions or EPOCH in due):
+    whole_history = data_days is not None and (new_versions or EPOCH in due)
+    if whole_history:
         restate = (data_days[0], min(data_days[1], horizon))
         context.plan("prod", restate_models=_incremental_models(context), start=restate[0], end=restate[1], **plan_options)
     elif data_days is not None and due:
@@ -232,7 +253,8 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
     if models_changed:
         # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
         context.run_janitor(ignore_ttl=True)
-    return ProdUpdate(models_changed, restate, after, built_until=horizon, restated_windows=len(due) if restate else 0)
+    return ProdUpdate(models_changed, restate, after, built_until=horizon,
+                      restated_windows=len(due) if restate else 0, whole_history=whole_history)
 
 
 def _recompute_windows(context, windows: list[datetime], window_hours: int) -> tuple[datetime, datetime]:
@@ -322,6 +344,7 @@ class Builder:
             snapshot=snapshot,
             restated_windows=update.restated_windows,
             restate_range=update.restate_range,
+            whole_history=update.whole_history,
             models_changed=update.models_changed,
             pending_windows=pending_windows,
             built_until=update.built_until,

@@ -138,7 +138,8 @@ class BabylonContext:
             self.console.print("applied the project's models to prod")
         if result.restate_range:
             start, end = result.restate_range
-            self.console.print(f"restated {result.restated_windows} changed window(s) between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
+            what = "computed all {} window(s) with data" if result.whole_history else "restated {} changed window(s)"
+            self.console.print(f"{what.format(result.restated_windows)} between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
         if result.pending_windows:
             self.console.print(
                 f"{result.pending_windows} changed window(s) start at or after {result.built_until:%Y-%m-%d %H:%M}, "

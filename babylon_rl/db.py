@@ -40,9 +40,18 @@ def connect(url: str, **kwargs) -> Iterator[psycopg.Connection]:
             "and the user and password are right"
         ) from None
     try:
+        _use_utc(conn)
         yield conn
     finally:
         conn.close()
+
+
+def _use_utc(conn: psycopg.Connection) -> None:
+    """The game's timestamps are UTC without a zone: `now()` written into them must be UTC too,
+    whatever the server's zone or the client's PGTZ (which libpq applies after any startup option)."""
+    conn.execute("SET TimeZone TO 'UTC'")
+    if not conn.autocommit:
+        conn.commit()
 
 
 @dataclass(frozen=True)

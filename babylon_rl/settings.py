@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from babylon_rl.errors import ConfigError
 
@@ -97,22 +97,78 @@ def safe_name(name: str, what: str) -> str:
 
 
 def resolve_database_url(cli_value: str | None) -> str | None:
-    return cli_value or os.environ.get(DATABASE_URL_ENV) or None
+    """The game database's URL from --database-url or DATABASE_URL, checked for form (not reached)."""
+    url = cli_value or os.environ.get(DATABASE_URL_ENV) or None
+    if url is not None:
+        fault = _url_fault(url)
+        if fault:
+            raise ConfigError(f"malformed database URL {mask_url(url)} (--database-url or {DATABASE_URL_ENV}): {fault}; "
+                              "write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
+    return url
+
+
+def _url_fault(url: str) -> str | None:
+    """What is wrong with the URL's form, with no secret in it; None when libpq can parse it."""
+    import psycopg.conninfo
+
+    if "://" in url:
+        scheme = url.split("://", 1)[0]
+        if scheme not in ("postgresql", "postgres"):
+            return f"the scheme {scheme!r} is not postgresql://"
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            return f"it cannot be parsed ({exc})"
+        try:
+            parts.port
+        except ValueError:
+            return "the port is not a number from 0 to 65535"
+    elif "=" not in url:
+        return "it is neither a postgresql:// URL nor a libpq key=value string"
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        return scrub(str(exc).strip().splitlines()[-1], url_password(url), url) or "libpq cannot parse it"
+    return None
+
+
+_CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)")
+
+
+def _userinfo(url: str) -> tuple[str, str, str | None, str] | None:
+    """(scheme://, user, password or None, the rest after @) by plain splitting, which cannot fail
+    on a malformed URL; None for a libpq key=value string."""
+    if "://" not in url and "=" in url:
+        return None
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return f"{head}{sep}", "", None, rest
+    user, colon, password = userinfo.partition(":")
+    return f"{head}{sep}", user, password if colon else None, host
 
 
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ***, safe to print or log."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable database URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    """The URL (or libpq key=value string) with its password replaced by ***, safe to print or log,
+    also when it is malformed."""
+    parts = _userinfo(url)
+    if parts is None:
+        return _CONNINFO_PASSWORD.sub(r"\1***", url)
+    head, user, password, host = parts
+    masked = f"{head}{user}:***@{host}" if password is not None else url
+    return _QUERY_PASSWORD.sub(r"\1***", masked)
+
+
+def url_password(url: str) -> str | None:
+    parts = _userinfo(url)
+    if parts is None:
+        match = _CONNINFO_PASSWORD.search(url)
+        return match.group(2).strip("'") if match else None
+    query = _QUERY_PASSWORD.search(url)
+    return parts[2] or (query.group(2) if query else None) or None
 
 
 def scrub(text: str, *secrets: str | None) -> str:
@@ -121,13 +177,6 @@ def scrub(text: str, *secrets: str | None) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
-
-
-def url_password(url: str) -> str | None:
-    try:
-        return urlsplit(url).password
-    except ValueError:
-        return None
 
 
 def require_database_url(url: str | None) -> str:

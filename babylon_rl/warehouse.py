@@ -136,6 +136,13 @@ RAW_TABLES: tuple[RawTable, ...] = (
 RAW_BY_NAME = {table.name: table for table in RAW_TABLES}
 
 
+def use_utc(conn: duckdb.DuckDBPyConnection) -> None:
+    """Make `now()::TIMESTAMP` UTC, like every timestamp the toolkit stores. DuckDB's session time
+    zone is the machine's: under TZ=Asia/Kolkata the dirty windows were marked 5.5 h ahead of the
+    build's UTC clock, so a build never cleared them (and under a negative offset, too early)."""
+    conn.execute("SET TimeZone = 'UTC'")
+
+
 def connect(home: Home, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open the warehouse file; a lock held by another process becomes a readable error."""
     if read_only and not home.warehouse.exists():
@@ -147,6 +154,7 @@ def connect(home: Home, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     try:
         conn.execute(f"ATTACH '{path}' AS {CATALOG} ({options})")
         conn.execute(f"USE {CATALOG}")
+        use_utc(conn)
         return conn
     except duckdb.IOException as exc:
         conn.close()

@@ -131,6 +131,20 @@ def test_second_build_copies_nothing_and_one_more_window_adds_exactly_it(run_cli
     assert _warehouse(home, "SELECT agents FROM babylon.windows WHERE window_id = '2025-01-15T06:00'") == [(8,)]
 
 
+def test_build_says_how_many_windows_it_computed(run_cli, migrated_pg_url: str) -> None:
+    """The true count: the first build computes every window with data (it said "restated 1", the
+    full snapshot's one marker), the next one only the new windows."""
+    url = migrated_pg_url
+    assert run_cli("--database-url", url, "simulate", "--agents", "5", "--windows", "30", "--seed", "2", "--start", START).exit_code == 0
+    first = run_cli("--database-url", url, "build")
+    assert first.exit_code == 0, first.output
+    assert "computed all 30 window(s) with data between 2025-01-15 00:00 and 2025-01-17 00:00" in first.output
+    assert run_cli("--database-url", url, "simulate", "--agents", "5", "--windows", "2", "--seed", "3",
+                   "--start", "2025-01-16T06:00").exit_code == 0
+    second = run_cli("--database-url", url, "build")
+    assert "restated 2 changed window(s) between 2025-01-16 06:00 and 2025-01-16 08:00" in second.output, second.output
+
+
 def test_late_row_into_a_built_window_is_rebuilt(run_cli, built: str, home: Path) -> None:
     with psycopg.connect(built) as conn:
         conn.execute("""UPDATE trajectories SET "finalPnL" = 12345.0, "updatedAt" = now()

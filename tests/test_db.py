@@ -136,3 +136,18 @@ def test_no_database_url_says_how_to_give_one(run_cli) -> None:
     result = run_cli("db", "migrate")
     assert result.exit_code == 2
     assert "--database-url" in result.output and "DATABASE_URL" in result.output
+
+
+@pytest.mark.parametrize(("url", "fault"), [
+    ("postgresql://postgres:hunter2secret@127.0.0.1:abc/babylon", "the port is not a number"),
+    ("postgresql://postgres:hunter2secret@[::1/babylon", "cannot be parsed"),
+    ("mysql://postgres:hunter2secret@127.0.0.1/babylon", "the scheme 'mysql' is not postgresql://"),
+    ("postgres//postgres:hunter2secret@127.0.0.1/babylon", "neither a postgresql:// URL"),
+    ("host=127.0.0.1 password=hunter2secret dbname", 'missing "=" after "dbname"'),
+])
+def test_malformed_database_url_says_what_is_malformed_with_the_password_hidden(run_cli, url: str, fault: str) -> None:
+    for command in (("db", "status"), ("snapshot",)):
+        result = run_cli("--database-url", url, *command)
+        assert result.exit_code == 2, result.output
+        assert "malformed database URL" in result.output and fault in result.output
+        assert "hunter2secret" not in result.output and "Traceback" not in result.output
