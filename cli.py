@@ -219,7 +219,7 @@ def dataset() -> None:
 @click.option("--since", type=_TIME, help="Only windows starting at or after this UTC time.")
 @click.option("--until", type=_TIME, help="Only windows starting before this UTC time.")
 @click.option("--include-used", is_flag=True, help="Also use trajectories already used in training.")
-@click.option("--force", is_flag=True, help="Replace an existing dataset of this name (swapped in atomically).")
+@click.option("--force", is_flag=True, help="Replace an existing dataset of this name: a new version, published by one atomic rename of the link.")
 @click.pass_obj
 @error_handler
 def dataset_build(obj: BabylonContext, force: bool, **options) -> None:

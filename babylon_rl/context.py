@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from babylon_rl import build, readiness, snapshot
-from babylon_rl.errors import BabylonError, ConfigError
+from babylon_rl.errors import BabylonError, ConfigError, DatasetError
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
 
 # The stages a command does not need are imported inside its method: `build` or
@@ -250,9 +250,7 @@ class BabylonContext:
         return result
 
     def dataset_list(self) -> list[dict]:
-        from babylon_rl.dataset.store import names, read_manifest
-
-        manifests = [read_manifest(self.home, name) for name in names(self.home)]
+        manifests, damaged = self._manifests()
         table = Table(title=f"datasets in {self.home.datasets}")
         for column in ("name", "created", "train traj/win", "validation traj/win", "eval traj/win", "dropout", "hash"):
             table.add_column(column)
@@ -261,15 +259,31 @@ class BabylonContext:
             splits = m["counts"]["splits"]
             cells = [f"{c['trajectories']}/{c['windows']}" for c in (splits.get(s, empty) for s in ("train", "validation", "eval"))]
             table.add_row(m["name"], m["created_at"], *cells, f"{m['dropout']['rate']:.3f}", m["content_hash"][:12])
-        self.console.print(table if manifests else "no datasets yet; create one with `cli.py dataset build --name NAME`")
+        self.console.print(table if manifests or damaged else "no datasets yet; create one with `cli.py dataset build --name NAME`")
+        for message in damaged:
+            self.console.print(f"[yellow]{message}[/]", markup=True, highlight=False)
         return manifests
+
+    def _manifests(self) -> tuple[list[dict], list[str]]:
+        """The manifests of the datasets that open, and one line for each damaged one."""
+        from babylon_rl.dataset.dataset import Dataset
+        from babylon_rl.dataset.store import names
+
+        manifests, damaged = [], []
+        for name in names(self.home):
+            try:
+                manifests.append(Dataset.open(self.home, name).manifest)
+            except DatasetError as exc:
+                damaged.append(str(exc))
+        return manifests, damaged
 
     def dataset_show(self, name: str, samples: int = 3) -> dict:
         import polars as pl
 
-        from babylon_rl.dataset.store import read_manifest, read_split
+        from babylon_rl.dataset.dataset import Dataset
 
-        m = read_manifest(self.home, name)
+        dataset = Dataset.open(self.home, name)
+        m = dataset.manifest
         p, drop = m["parameters"], m["dropout"]
         self.console.print(f"[bold]{name}[/bold]  created {m['created_at']}  hash {m['content_hash']}")
         self.console.print(f"  source snapshot {m['source_snapshot_id']}, {len(m['model_versions'])} model versions, newest window {m['newest_window']}")
@@ -278,8 +292,7 @@ class BabylonContext:
             f"  dropout {drop['rate']:.3f}: removed {drop['removed_by_dropout']} of {drop['available']} "
             f"({drop['windows_dropped']} whole windows); group cap removed {drop['removed_by_cap']}"
         )
-        frames = {split: read_split(self.home, name, split) for split in m["counts"]["splits"]}
-        both = pl.concat(list(frames.values()))
+        both = pl.concat(dataset.read_splits(tuple(m["counts"]["splits"])))
         self.console.print(self._window_table(both))
         self.console.print(self._sample_table(both.head(samples)))
         return m
@@ -360,13 +373,11 @@ class BabylonContext:
 
     def _score_if_missing(self, dataset_name: str, judge: str) -> None:
         """`train` on a dataset without scores runs the same scoring code as `score` first."""
-        from babylon_rl.dataset.store import dataset_dir
+        from babylon_rl.dataset.dataset import Dataset
         from babylon_rl.judge.options import ScoreOptions
 
-        if (dataset_dir(self.home, dataset_name) / "scores.parquet").exists():
+        if Dataset.open(self.home, dataset_name).has_scores():
             return
-        if not dataset_dir(self.home, dataset_name).exists():
-            return  # the training stage names the unknown dataset
         self.console.print(f"dataset {dataset_name} has no scores yet: scoring it with the {judge} judge first")
         self.score(dataset_name, ScoreOptions(judge=judge))
 

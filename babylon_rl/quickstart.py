@@ -72,7 +72,10 @@ def _clear(ctx: "BabylonContext") -> None:
     h = ctx.home
     for path in (h.root / MARKER, h.warehouse, h.sqlmesh_state):
         path.unlink(missing_ok=True)
-    for path in (h.exports, h.datasets / NAME, h.runs / NAME, h.runs / IMITATION, h.root / "evals", h.root / ".cache"):
+    from babylon_rl.dataset.store import remove
+
+    remove(h, NAME)
+    for path in (h.exports, h.runs / NAME, h.runs / IMITATION, h.root / "evals", h.root / ".cache"):
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -57,15 +57,17 @@ def load_run_data(home: Home, name: str) -> RunData:
 
 
 def _dataset(home: Home, name: str) -> pl.DataFrame:
-    path = home.datasets / name
+    from babylon_rl.dataset.dataset import Dataset
+
+    dataset = Dataset.open(home, name)
     columns = ["trajectory_id", "window_id", "window_start", "agent_id", "pnl", "window_agents", "split"]
-    frames = [pl.read_parquet(path / f"{s}.parquet", columns=columns) for s in SPLIT_COLORS if (path / f"{s}.parquet").exists()]
+    frames = dataset.read_splits(tuple(SPLIT_COLORS), columns)
     if not frames:
-        raise ConfigError(f"the run's dataset {name!r} is not in {path}")
+        raise ConfigError(f"the run's dataset {name!r} has no split files in {dataset.path}")
     frame = pl.concat(frames)
-    scores = path / "scores.parquet"
-    if scores.exists():
-        return frame.join(pl.read_parquet(scores, columns=["trajectory_id", "score"]), on="trajectory_id", how="left")
+    scores = dataset.read_scores(columns=["trajectory_id", "score"])
+    if scores is not None:
+        return frame.join(scores, on="trajectory_id", how="left")
     return frame.with_columns(score=pl.lit(None, dtype=pl.Float64))
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from babylon_rl import warehouse
+from babylon_rl.dataset import store
 from babylon_rl.dataset.build import OUTPUT_COLUMNS, build
 from babylon_rl.dataset.params import BuildParams
 from babylon_rl.dataset.sampling import dropout_rate, eval_window_count, plan
@@ -233,7 +234,8 @@ def test_existing_dataset_needs_force(run_cli, home: Path, mixed: pl.DataFrame) 
     assert load(home, "x")[0]["content_hash"] == before["content_hash"]
     ok(run_cli("dataset", "build", "--name", "x", "--seed", "3", "--force"))
     assert load(home, "x")[0]["seed"] == 3
-    assert sorted(p.name for p in (home / "datasets").iterdir()) == ["x"]
+    assert sorted(p.name for p in (home / "datasets").iterdir()) == [".versions", "x"]
+    assert [p.resolve() for p in (home / "datasets" / ".versions").iterdir()] == [(home / "datasets" / "x").resolve()]
 
 
 @pytest.mark.parametrize(
@@ -383,3 +385,93 @@ def test_sampler_invariants(sizes, target, max_dropout, min_agents, extra, eval_
     assert not set(train["window_id"]) & set(ev["window_id"])
     if ev.height and train.height:
         assert ev["window_start"].min() > train["window_start"].max()
+
+
+# -- damaged datasets (issue 25 item 7) ------------------------------------------------
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _edit_manifest(path: Path) -> None:
+    manifest = json.loads(path.read_text())
+    manifest["counts"]["trajectories"] += 1
+    path.write_text(json.dumps(manifest, indent=2))
+
+
+DAMAGE = {
+    "truncated": ("train.parquet", _truncate, "size"),
+    "bit-flipped": ("eval.parquet", _flip_a_byte, "sha256"),
+    "edited manifest": ("manifest.json", _edit_manifest, "manifest_hash"),
+}
+READERS = [
+    ("dataset", "show", "dmg"),
+    ("score", "--dataset", "dmg", "--judge", "heuristic"),
+    ("train", "--dataset", "dmg", "--max-steps", "1"),
+    ("eval", "--dataset", "dmg", "--model", "none-needed"),
+    ("dataset", "export", "dmg", "--format", "jsonl"),
+]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_dataset_is_one_line_naming_the_file_in_every_reader(run_cli, home: Path, mixed: pl.DataFrame, damage: str) -> None:
+    filename, damage_it, why = DAMAGE[damage]
+    ok(run_cli("dataset", "build", "--name", "dmg", "--target-trajectories", "60", "--seed", "4"))
+    ok(run_cli("dataset", "show", "dmg"))  # the verification cache is written: the damage must still be seen
+    damage_it(home / "datasets" / "dmg" / filename)
+    for args in READERS:
+        result = run_cli(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+        errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1, (args, result.output)
+        assert f"dataset 'dmg' is damaged: {filename}" in errors[0] and why in errors[0], errors[0]
+        assert "rebuild it with: python cli.py dataset build --name dmg --target-trajectories 60 --seed 4 --force" in errors[0]
+
+
+def test_a_second_open_hashes_nothing_and_a_changed_file_is_hashed_again(home: Path, mixed: pl.DataFrame,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from babylon_rl.dataset import verify
+    from babylon_rl.dataset.dataset import Dataset
+
+    h = Home.resolve(home)
+    build(h, BuildParams(name="c", target_trajectories=60))
+    hashed: list[str] = []
+    real = verify.sha256
+    monkeypatch.setattr(verify, "sha256", lambda path: hashed.append(path.name) or real(path))
+    Dataset.open(h, "c")
+    Dataset.open(h, "c")
+    assert hashed == []  # the build recorded what it hashed
+    train = home / "datasets" / "c" / "train.parquet"
+    train.write_bytes(train.read_bytes())  # same bytes, new mtime: hashed once, then remembered
+    Dataset.open(h, "c")
+    Dataset.open(h, "c")
+    assert hashed == ["train.parquet"]
+
+
+def test_a_dataset_from_before_the_files_map_opens_and_force_replaces_it(run_cli, home: Path, mixed: pl.DataFrame) -> None:
+    from babylon_rl.dataset.dataset import Dataset
+
+    ok(run_cli("dataset", "build", "--name", "old", "--target-trajectories", "60"))
+    link = home / "datasets" / "old"
+    version = link.resolve()
+    link.unlink()
+    version.rename(link)  # the layout before versions: the directory itself
+    manifest = json.loads((link / "manifest.json").read_text())
+    manifest["files"] = {split: f"{split}.parquet" for split in ("train", "validation", "eval")}  # format 1
+    manifest["manifest_hash"] = store.manifest_hash(manifest)
+    (link / "manifest.json").write_text(json.dumps(manifest))
+    (link / "scores.parquet").write_bytes(b"old scores")
+    assert Dataset.open(Home.resolve(home), "old").path == link.resolve()  # sizes and sha256 unknown: not checked
+    ok(run_cli("dataset", "show", "old"))
+    ok(run_cli("dataset", "build", "--name", "old", "--target-trajectories", "60", "--force"))
+    assert link.is_symlink() and not (link / "scores.parquet").exists()
+    assert [p.name for p in (home / "datasets" / ".versions").iterdir()] == [link.resolve().name]

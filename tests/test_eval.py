@@ -11,8 +11,10 @@ import pytest
 from babylon_rl.evaluate import GroundTruth, parse_action, read_observation, score_action
 from babylon_rl.evaluate.actions import Action
 from babylon_rl.evaluate.constant import best_constant
+from babylon_rl.dataset.dataset import Dataset
 from babylon_rl.evaluate.decisions import load_eval_set, load_train_decisions
 from babylon_rl.evaluate.decisions import decision_points
+from babylon_rl.settings import Home
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
 from tests.eval_factory import ANSWERS, contexts_row, observation, write_eval_dataset, write_news_dataset
 from tests.judge_server import JudgeServer
@@ -153,8 +155,10 @@ def test_eval_errors_exit_2(template, home, run_cli):
 # -- the learning check: the best constant action --------------------------------------------
 def test_best_constant_is_chosen_on_the_training_windows(home):
     path = write_news_dataset(home)  # train: ACME rises in 6 of 8 windows; eval: in half of them
-    eval_set = load_eval_set(path, "news")
-    chosen_on = load_train_decisions(path, "news")
+    dataset = Dataset.open(Home.resolve(home), "news")
+    assert dataset.path == path.resolve()
+    eval_set = load_eval_set(dataset)
+    chosen_on = load_train_decisions(dataset)
     train = chosen_on.decisions
     assert len(train) == 16 and not {d.window_id for d in train} & set(eval_set.windows)
     assert not set(chosen_on.truths) & set(eval_set.windows)  # the eval windows' ground truth is not even read

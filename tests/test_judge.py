@@ -14,6 +14,7 @@ import pytest
 from babylon_rl.judge.options import ScoreOptions
 from babylon_rl.judge.score import ensure_scores, score_dataset
 from babylon_rl.judge.heuristic import heuristic_score, terms
+from babylon_rl.dataset.dataset import Dataset
 from babylon_rl.judge.dataset import load_groups
 from babylon_rl.settings import Home
 from tests import game_rows
@@ -175,7 +176,7 @@ def test_heuristic_follows_the_formula_and_flags_no_signal(run_cli, dataset):
     scores = pl.read_parquet(dataset / "scores.parquet")
     by_id = dict(zip(scores["trajectory_id"], scores["score"]))
     flags = dict(zip(scores["trajectory_id"], scores["no_signal"]))
-    for group in load_groups(dataset):
+    for group in load_groups(Dataset.open(Home.resolve(dataset.parent.parent), "demo")):
         for traj in group.trajectories:
             if group.window_id == "2025-01-15T11:00":
                 assert by_id[traj.trajectory_id] == 0.5 and flags[traj.trajectory_id]
@@ -190,7 +191,7 @@ def test_heuristic_follows_the_formula_and_flags_no_signal(run_cli, dataset):
 
 def test_heuristic_formula_by_hand(home):
     make_dataset(home, windows=1, agents=4)
-    traj = load_groups(home / "datasets" / "demo")[0].trajectories[3]  # rank 1 of 4, 4 trades, 1 error in 3 actions
+    traj = load_groups(Dataset.open(Home.resolve(home), "demo"))[0].trajectories[3]  # rank 1 of 4, 4 trades, 1 error in 3 actions
     import math
 
     expected = 0.45 * 1 + 0.30 * (0.5 + 0.5 * math.tanh(traj.pnl_zscore / 2)) + 0.15 * traj.win_rate \
@@ -201,7 +202,7 @@ def test_heuristic_formula_by_hand(home):
 def test_heuristic_rank_is_relative_to_the_kept_group_not_the_window(home):
     """dataset build ranks inside the kept group; a window of 20 agents sampled down to 4 still spans 0..1."""
     make_dataset(home, windows=1, agents=4)
-    group = load_groups(home / "datasets" / "demo")[0]
+    group = load_groups(Dataset.open(Home.resolve(home), "demo"))[0]
     best = replace(min(group.trajectories, key=lambda t: t.pnl_rank), window_agents=20)
     worst = replace(max(group.trajectories, key=lambda t: t.pnl_rank), window_agents=20)
     assert (terms(best, 4)["rank"], terms(worst, 4)["rank"]) == (1.0, 0.0)

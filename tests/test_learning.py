@@ -225,9 +225,10 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     evaluation = run_cli("eval", "--model", "r", "--dataset", "d", "--max-new-tokens", "12")
     assert evaluation.exit_code == 0, evaluation.output
     saved = json.loads((home / "runs" / "r" / "eval.json").read_text())
+    from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.decisions import load_train_decisions
 
-    chosen_on = load_train_decisions(home / "datasets" / "d", "d")
+    chosen_on = load_train_decisions(Dataset.open(Home.resolve(home), "d"))
     assert saved["constant"]["train_decisions"] == len(chosen_on.decisions)
     assert {d.trajectory_id for d in chosen_on.decisions} <= train_ids | validation_ids
     assert [p["role"] for p in saved["policies"]] == ["logged", "constant", "baseline", "model"]

@@ -69,4 +69,4 @@ def test_init_tiny_speaks_the_action_format(run_cli, home):
 def test_init_tiny_unknown_dataset_is_one_line(run_cli):
     result = run_cli("model", "init-tiny", "--dataset", "missing")
     assert result.exit_code == 2
-    assert "dataset 'missing' not found" in result.output and "Traceback" not in result.output
+    assert "unknown dataset 'missing'" in result.output and "Traceback" not in result.output

@@ -17,7 +17,7 @@ OUTPUT_COLUMNS = [
     "pnl", "pnl_rank", "pnl_zscore", "win_rate", "actions", "trades", "errors", "llm_calls",
     "window_agents", "group_size", "no_signal", "split",
 ]  # fmt: skip
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: `files` maps each file to its size and sha256
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def build(home: Home, params: BuildParams, force: bool = False) -> BuildResult:
     frames = _split_frames(kept.select(OUTPUT_COLUMNS), chosen)
     staged = store.stage(home, frames, contexts, params.name)
     try:
-        manifest = _manifest(params, chosen, frames, staged.content_hash, snapshot_id, models, anchor)
+        manifest = _manifest(params, chosen, frames, staged, snapshot_id, models, anchor)
     except Exception:
         store.discard(staged)
         raise
@@ -86,7 +86,7 @@ def _manifest(
     params: BuildParams,
     chosen: sampling.Plan,
     frames: dict[str, pl.DataFrame],
-    content_hash: str,
+    staged: store.Staged,
     snapshot_id: str | None,
     models: dict[str, str],
     anchor: str | None,
@@ -108,8 +108,8 @@ def _manifest(
         "dropout": dropout,
         "source_snapshot_id": snapshot_id,
         "model_versions": models,
-        "files": {split: f"{split}.parquet" for split in store.SPLITS} | {"contexts": store.CONTEXTS},
-        "content_hash": content_hash,
+        "files": staged.digests,  # checked on every open (babylon_rl.dataset.verify)
+        "content_hash": staged.content_hash,
         "polars_version": pl.__version__,
     }
     manifest["manifest_hash"] = store.manifest_hash(manifest)

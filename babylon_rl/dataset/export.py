@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from babylon_rl.dataset import store
+from babylon_rl.dataset.dataset import Dataset
 from babylon_rl.dataset.params import FORMATS
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
@@ -38,16 +38,18 @@ class ExportResult:
 
 
 def export(home: Home, name: str, fmt: str, output: Path | None) -> ExportResult:
-    store.read_manifest(home, name)
+    dataset = Dataset.open(home, name)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     path = output or home.exports / f"{name}.{fmt}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
-        frame = pl.concat([store.read_split(home, name, split) for split in store.SPLITS if (store.dataset_dir(home, name) / f"{split}.parquet").exists()])
-        lines, result = _jsonl_lines(frame), {}
+        lines, result = _jsonl_lines(pl.concat(dataset.read_splits())), {}
     else:
-        lines, result = _dpo_lines(store.read_split(home, name, "train"))
+        train = dataset.read_split("train")
+        if train is None:
+            raise dataset.damaged("train.parquet is missing")
+        lines, result = _dpo_lines(train)
     _write_lines(path, lines)
     return ExportResult(path=path, lines=len(lines), **result)
 

@@ -1,4 +1,11 @@
-"""datasets/<name>/: writing the Parquet files and manifest atomically, and reading them back."""
+"""datasets/: writing one dataset version and publishing it with one atomic rename.
+
+Layout: every build writes `datasets/.versions/<name>-<pid>-<hex>/` (the Parquet files, the
+manifest, later its scores) and `datasets/<name>` is a relative symlink to the published
+version. `--force` swaps that link with ONE `os.replace` of a new link, so a kill at any
+moment leaves the old version or the new one, complete, each with its own scores.
+Reading a published dataset is `babylon_rl.dataset.dataset.Dataset`.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
+from babylon_rl.dataset import verify
 from babylon_rl.dataset.params import validate_name
 from babylon_rl.errors import DatasetError
 from babylon_rl.settings import Home
@@ -21,24 +29,34 @@ SPLITS = ("train", "validation", "eval")
 MANIFEST = "manifest.json"
 # The ground truth of every window in the dataset, for the judge only.
 CONTEXTS = "contexts.parquet"
+VERSIONS = ".versions"
 
 # Fixed writer settings: same rows in, same bytes out.
 PARQUET_OPTIONS = dict(compression="zstd", compression_level=3, statistics=True, row_group_size=16_384)
 
+# Work entries inside datasets/: `.tmp-PID-HEX` (a version being written), `.link-PID-HEX` (a link
+# about to replace a name), `.old-PID-HEX` (left by builds before versions existed).
+_WORK = re.compile(r"\.(?:tmp|old|link)-(\d+)-[0-9a-f]{32}")
+# Versions: `<name>-<pid>-<hex>`, or `<name>-legacy-<hex>` for a directory published before versions.
+_VERSION = re.compile(r"(?P<name>.+)-(?P<pid>\d+|legacy)-[0-9a-f]{32}")
 
-def dataset_dir(home: Home, name: str) -> Path:
-    return home.datasets / validate_name(name)
+
+def versions_dir(home: Home) -> Path:
+    return home.datasets / VERSIONS
 
 
-def hash_files(paths: list[Path]) -> str:
-    """sha256 over each file's name and bytes, in the given order."""
-    digest = hashlib.sha256()
+def hash_files(paths: list[Path]) -> tuple[str, dict[str, dict]]:
+    """The content hash (sha256 over each file's name and bytes, in order) and each file's size and sha256."""
+    digest, files = hashlib.sha256(), {}
     for path in paths:
         digest.update(path.name.encode() + b"\0")
+        one = hashlib.sha256()
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
-    return digest.hexdigest()
+                one.update(block)
+        files[path.name] = {"size": path.stat().st_size, "sha256": one.hexdigest()}
+    return digest.hexdigest(), files
 
 
 def manifest_hash(manifest: dict) -> str:
@@ -48,16 +66,10 @@ def manifest_hash(manifest: dict) -> str:
 
 
 def ensure_absent(home: Home, name: str, force: bool) -> None:
-    if dataset_dir(home, name).exists() and not force:
-        raise DatasetError(f"dataset {name!r} already exists at {dataset_dir(home, name)}; pass --force to replace it or choose another --name")
-
-
-# Work directories inside datasets/: `.tmp-PID-HEX` (being written), `.old-PID-HEX` (being replaced).
-_WORK_DIR = re.compile(r"\.(?:tmp|old)-(\d+)-[0-9a-f]{32}")
-
-
-def _work_dir(home: Home, kind: str) -> Path:
-    return home.datasets / f".{kind}-{os.getpid()}-{uuid.uuid4().hex}"
+    target = home.datasets / validate_name(name)
+    recover(home, name)
+    if os.path.lexists(target) and not force:
+        raise DatasetError(f"dataset {name!r} already exists at {target}; pass --force to replace it or choose another --name")
 
 
 def _alive(pid: int) -> bool:
@@ -70,15 +82,40 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _remove(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _published_versions(home: Home) -> set[Path]:
+    """The version directories some datasets/<name> link points at now."""
+    return {p.resolve() for p in home.datasets.iterdir() if p.is_symlink() and not p.name.startswith(".")}
+
+
 def sweep_stale(home: Home) -> list[Path]:
-    """Remove work directories left by builds that were killed (their process is gone)."""
-    removed = []
+    """Remove work entries and unpublished versions left by builds that were killed (their process is gone).
+
+    A published version is never removed, whoever wrote it."""
+    removed: list[Path] = []
     if not home.datasets.is_dir():
         return removed
     for path in home.datasets.iterdir():
-        match = _WORK_DIR.fullmatch(path.name)
-        if match and path.is_dir() and not _alive(int(match.group(1))):
-            shutil.rmtree(path, ignore_errors=True)
+        match = _WORK.fullmatch(path.name)
+        if match and not _alive(int(match.group(1))):
+            _remove(path)
+            removed.append(path)
+    if not versions_dir(home).is_dir():
+        return removed
+    recover_all(home)
+    published = _published_versions(home)
+    for path in versions_dir(home).iterdir():
+        match = _VERSION.fullmatch(path.name)
+        if not match or path.resolve() in published:
+            continue
+        if match["pid"] == "legacy" or not _alive(int(match["pid"])):
+            _remove(path)
             removed.append(path)
     return removed
 
@@ -88,6 +125,7 @@ class Staged:
     directory: Path
     files: list[Path]
     content_hash: str
+    digests: dict[str, dict]  # file name -> size and sha256, the manifest's `files`
 
 
 def _write_error(name: str, where: Path, exc: BaseException) -> DatasetError:
@@ -98,11 +136,15 @@ def _write_error(name: str, where: Path, exc: BaseException) -> DatasetError:
                         "free some space (or choose another --home) and run it again")
 
 
+def _work_path(home: Home, kind: str) -> Path:
+    return home.datasets / f".{kind}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
 def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame, name: str = "") -> Staged:
     """Write the split files and the window contexts into a fresh hidden directory inside datasets/."""
     home.datasets.mkdir(parents=True, exist_ok=True)
     sweep_stale(home)
-    directory = _work_dir(home, "tmp")
+    directory = _work_path(home, "tmp")
     try:
         directory.mkdir()
         files = []
@@ -112,35 +154,105 @@ def stage(home: Home, frames: dict[str, pl.DataFrame], contexts: pl.DataFrame, n
             files.append(path)
         contexts.write_parquet(directory / CONTEXTS, **PARQUET_OPTIONS)
         files.append(directory / CONTEXTS)
+        content_hash, digests = hash_files(files)
     except (OSError, pl.exceptions.PolarsError) as exc:
         shutil.rmtree(directory, ignore_errors=True)
         raise _write_error(name, home.datasets, exc) from None
-    return Staged(directory=directory, files=files, content_hash=hash_files(files))
+    verify.remember(directory, digests)  # the first open of the new version hashes nothing again
+    return Staged(directory=directory, files=files, content_hash=content_hash, digests=digests)
 
 
 def publish(home: Home, staged: Staged, name: str, manifest: dict, force: bool) -> Path:
-    """Add the manifest and move the staged directory to datasets/<name> (swap when --force)."""
+    """Add the manifest, move the staged directory into .versions/ and point datasets/<name> at it."""
     try:
         (staged.directory / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        versions_dir(home).mkdir(exist_ok=True)
     except OSError as exc:
         discard(staged)
         raise _write_error(name, home.datasets, exc) from None
-    target = dataset_dir(home, name)
-    if not target.exists():
-        try:
-            staged.directory.rename(target)
-            return target
-        except OSError:
-            if not target.exists():
-                raise
+    version = versions_dir(home) / f"{validate_name(name)}{staged.directory.name.removeprefix('.tmp')}"
+    staged.directory.rename(version)
+    link = home.datasets / name
+    try:
+        old = _point(home, link, version, force)
+    except BaseException:
+        if link.resolve() != version.resolve():  # never remove a version that got published
+            shutil.rmtree(version, ignore_errors=True)
+        raise
+    if old is not None and old != version.resolve() and old.parent == versions_dir(home).resolve():
+        shutil.rmtree(old, ignore_errors=True)  # readers that opened it before the swap lose it, as they did before
+    return link
+
+
+def _point(home: Home, link: Path, version: Path, force: bool) -> Path | None:
+    """Make datasets/<name> point at `version`; returns the version it pointed at before, if any."""
+    target = os.path.relpath(version, home.datasets)
     if not force:
-        discard(staged)
-        ensure_absent(home, name, force)
-    old = _work_dir(home, "old")
-    target.rename(old)
-    staged.directory.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
-    return target
+        try:
+            os.symlink(target, link)  # refuses an existing name atomically: no race with another build
+            return None
+        except FileExistsError:
+            raise DatasetError(f"dataset {link.name!r} already exists at {link}; pass --force to replace it "
+                               "or choose another --name") from None
+    recover(home, link.name)
+    if link.is_dir() and not link.is_symlink():
+        _adopt_legacy(home, link)
+    old = link.resolve() if link.is_symlink() else None
+    _replace_link(home, link, target)
+    return old
+
+
+def _replace_link(home: Home, link: Path, target: str) -> None:
+    """The one atomic step: a new link under a temporary name, renamed onto the published name."""
+    tmp = _work_path(home, "link")
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, link)
+    finally:
+        tmp.unlink(missing_ok=True)  # gone after a successful replace; left only by a failed one
+
+
+def _adopt_legacy(home: Home, directory: Path) -> None:
+    """A dataset directory published before versions becomes a version behind a link (once per dataset).
+
+    A kill between the rename and the link leaves no name: `recover` links the legacy version again."""
+    legacy = versions_dir(home) / f"{directory.name}-legacy-{uuid.uuid4().hex}"
+    directory.rename(legacy)
+    _replace_link(home, directory, os.path.relpath(legacy, home.datasets))
+
+
+def recover(home: Home, name: str) -> None:
+    """Finish an interrupted `_adopt_legacy`: link a legacy version whose name has no entry."""
+    link = home.datasets / name
+    if os.path.lexists(link) or not versions_dir(home).is_dir():
+        return
+    legacy = sorted((p for p in versions_dir(home).glob(f"{name}-legacy-*") if _version_name(p) == name),
+                    key=lambda p: p.stat().st_mtime_ns)
+    if legacy:
+        _replace_link(home, link, os.path.relpath(legacy[-1], home.datasets))
+
+
+def _version_name(path: Path) -> str | None:
+    match = _VERSION.fullmatch(path.name)
+    return match["name"] if match else None
+
+
+def recover_all(home: Home) -> None:
+    if not versions_dir(home).is_dir():
+        return
+    for path in versions_dir(home).iterdir():
+        match = _VERSION.fullmatch(path.name)
+        if match and match["pid"] == "legacy":
+            recover(home, match["name"])
+
+
+def remove(home: Home, name: str) -> None:
+    """Unpublish datasets/<name> (one unlink), then delete its version."""
+    link = home.datasets / validate_name(name)
+    version = link.resolve()
+    if link.is_symlink():
+        link.unlink()
+    shutil.rmtree(version, ignore_errors=True)
 
 
 def discard(staged: Staged) -> None:
@@ -148,18 +260,8 @@ def discard(staged: Staged) -> None:
 
 
 def names(home: Home) -> list[str]:
+    """The published datasets: a link to a version (or a directory from before versions) with a manifest."""
     if not home.datasets.is_dir():
         return []
-    return sorted(p.name for p in home.datasets.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST).exists())
-
-
-def read_manifest(home: Home, name: str) -> dict:
-    path = dataset_dir(home, name) / MANIFEST
-    if not path.exists():
-        known = ", ".join(names(home)) or "none yet; create one with `cli.py dataset build --name NAME`"
-        raise DatasetError(f"unknown dataset {name!r}; existing datasets: {known}")
-    return json.loads(path.read_text())
-
-
-def read_split(home: Home, name: str, split: str) -> pl.DataFrame:
-    return pl.read_parquet(dataset_dir(home, name) / f"{split}.parquet")
+    recover_all(home)
+    return sorted(p.name for p in home.datasets.iterdir() if not p.name.startswith(".") and (p / MANIFEST).is_file())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -21,6 +21,9 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.prompts import DecisionPrompt, decision_prompt
 from babylon_rl.evaluate.scoring import GroundTruth
+
+if TYPE_CHECKING:
+    from babylon_rl.dataset.dataset import Dataset
 
 COLUMNS = ["trajectory_id", "window_id", "agent_id", "messages"]
 
@@ -86,12 +89,11 @@ def decision_points(window_id: str, trajectory_id: str, agent_id: str, messages:
     return points
 
 
-def read_truths(dataset_path: Path, name: str, windows: set[str] | None = None) -> dict[str, GroundTruth]:
+def read_truths(dataset: Dataset, windows: set[str] | None = None) -> dict[str, GroundTruth]:
     """The ground truth of the dataset's windows (of `windows` only, when given: training never reads the eval ones)."""
-    contexts_file = dataset_path / "contexts.parquet"
-    if not contexts_file.exists():
-        raise ConfigError(f"dataset {name!r} has no ground truth ({contexts_file} is missing): rebuild it with python cli.py dataset build --name {name} --force")
-    contexts = pl.read_parquet(contexts_file, columns=["window_id", "stocks_json", "prediction_markets_json"])
+    contexts = dataset.read_contexts(["window_id", "stocks_json", "prediction_markets_json"])
+    if contexts is None:
+        raise dataset.damaged(f"it has no ground truth ({dataset.contexts_path.name} is missing)")
     if windows is not None:
         contexts = contexts.filter(pl.col("window_id").is_in(sorted(windows)))
     return {r["window_id"]: GroundTruth.from_json(r["window_id"], r["stocks_json"], r["prediction_markets_json"])
@@ -107,17 +109,17 @@ def read_decisions(rows: pl.DataFrame, truths: dict[str, GroundTruth]) -> list[D
     return decisions
 
 
-def load_eval_set(dataset_path: Path, name: str) -> EvalSet:
-    eval_file = dataset_path / "eval.parquet"
-    if not eval_file.exists():
-        raise ConfigError(f"dataset {name!r} not found at {dataset_path}: build it with python cli.py dataset build --name {name}")
-    rows = pl.read_parquet(eval_file, columns=COLUMNS)
+def load_eval_set(dataset: Dataset) -> EvalSet:
+    name = dataset.name
+    rows = dataset.read_split("eval", COLUMNS)
+    if rows is None:
+        raise dataset.damaged("eval.parquet is missing")
     if rows.is_empty():
         raise ConfigError(
-            f"dataset {name!r} has no eval windows ({eval_file} is empty): rebuild it with a larger "
+            f"dataset {name!r} has no eval windows ({dataset.split_path('eval')} is empty): rebuild it with a larger "
             f"--eval-fraction or more windows, e.g. python cli.py dataset build --name {name} --eval-fraction 0.2 --force"
         )
-    truths = read_truths(dataset_path, name)
+    truths = read_truths(dataset)
     decisions = read_decisions(rows, truths)
     if not decisions:
         raise ConfigError(f"the eval windows of dataset {name!r} have no decision points (no assistant answers to action requests) with ground truth")
@@ -132,12 +134,11 @@ class SelectionSet:
     truths: dict[str, GroundTruth]
 
 
-def load_train_decisions(dataset_path: Path, name: str) -> SelectionSet:
+def load_train_decisions(dataset: Dataset) -> SelectionSet:
     """The decision points of the train and validation windows (never the eval ones); empty without them."""
-    frames = [pl.read_parquet(dataset_path / f"{split}.parquet", columns=COLUMNS)
-              for split in ("train", "validation") if (dataset_path / f"{split}.parquet").exists()]
+    frames = dataset.read_splits(("train", "validation"), COLUMNS)
     if not frames:
         return SelectionSet([], {})
     rows = pl.concat(frames)
-    truths = read_truths(dataset_path, name, set(rows["window_id"].unique()))
+    truths = read_truths(dataset, set(rows["window_id"].unique()))
     return SelectionSet(read_decisions(rows, truths), truths)

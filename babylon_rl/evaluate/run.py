@@ -126,13 +126,13 @@ class EvalResult:
 # -- the evaluation ---------------------------------------------------------------------
 def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], Callable[[int], None]] | None = None) -> EvalResult:
     """Score the logged agents, the best constant action, the baseline and the model on the dataset's eval windows."""
-    from babylon_rl.dataset.store import dataset_dir
+    from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.train.models import resolve_device
 
     options = replace(options, device=resolve_device(options.device))
-    path = dataset_dir(home, options.dataset)
-    eval_set = load_eval_set(path, options.dataset).sample(options.max_decisions_per_window, options.seed)
-    chosen_on = load_train_decisions(path, options.dataset)  # train + validation windows, never eval
+    dataset = Dataset.open(home, options.dataset)
+    eval_set = load_eval_set(dataset).sample(options.max_decisions_per_window, options.seed)
+    chosen_on = load_train_decisions(dataset)  # train + validation windows, never eval
     constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct)
     model_policy, ref = _model_policy(home, options)
     policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]

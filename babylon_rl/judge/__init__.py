@@ -9,7 +9,7 @@ Entry point for the training stage::
     # judge_model, rubric_version, no_signal  (every trajectory of train and eval)
 
 It scores only what the cache lacks (a fully cached dataset sends no request), writes
-`HOME/datasets/NAME/scores.parquet` (+ `scores.<judge>.parquet` and `scores.json`)
+`HOME/datasets/NAME/scores.parquet` (in the dataset's published version; + `scores.<judge>.parquet` and `scores.json`)
 and raises `ScoringIncomplete` (a BabylonError) rather than returning a partial set.
 Inside a running event loop use `await ensure_scores_async(...)`. Options are the
 fields of `ScoreOptions` (babylon_rl.judge.options); unset LLM options come from

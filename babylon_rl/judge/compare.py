@@ -21,7 +21,7 @@ import polars as pl
 
 from babylon_rl import db
 from babylon_rl.errors import ConfigError
-from babylon_rl.judge.dataset import dataset_dir, split_files
+from babylon_rl.dataset.dataset import Dataset
 from babylon_rl.settings import Home
 
 
@@ -41,21 +41,16 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def _judge_scores(home: Home, name: str) -> dict[str, pl.DataFrame]:
-    directory = dataset_dir(home, name)
-    found = {}
-    for path in sorted(directory.glob("scores.*.parquet")):
-        judge = path.name[len("scores."):-len(".parquet")]
-        found[judge] = pl.read_parquet(path).select("trajectory_id", "window_id", "score")
+def _judge_scores(dataset: Dataset) -> dict[str, pl.DataFrame]:
+    columns = ["trajectory_id", "window_id", "score"]
+    found = {judge: dataset.read_scores(judge, columns) for judge in dataset.judges()}
     if not found:
-        raise ConfigError(f"dataset {name!r} has no scores yet: run `cli.py score --dataset {name} --judge heuristic` first")
-    return found
+        raise ConfigError(f"dataset {dataset.name!r} has no scores yet: run `cli.py score --dataset {dataset.name} --judge heuristic` first")
+    return found  # type: ignore[return-value]
 
 
-def _pnl(home: Home, name: str) -> pl.DataFrame:
-    directory = dataset_dir(home, name)
-    frames = [pl.read_parquet(f, columns=["trajectory_id", "window_id", "pnl"]) for f in split_files(directory)]
-    return pl.concat(frames).rename({"pnl": "score"})
+def _pnl(dataset: Dataset) -> pl.DataFrame:
+    return pl.concat(dataset.read_splits(columns=["trajectory_id", "window_id", "pnl"])).rename({"pnl": "score"})
 
 
 def _agreement(left: str, right: str, a: pl.DataFrame, b: pl.DataFrame) -> Agreement:
@@ -69,20 +64,20 @@ def _agreement(left: str, right: str, a: pl.DataFrame, b: pl.DataFrame) -> Agree
 
 
 def compare(home: Home, name: str) -> list[Agreement]:
-    judges = _judge_scores(home, name)
-    pnl = _pnl(home, name)
+    dataset = Dataset.open(home, name)
+    judges = _judge_scores(dataset)
+    pnl = _pnl(dataset)
     pairs = [_agreement(a, b, judges[a], judges[b]) for a, b in itertools.combinations(judges, 2)]
     return pairs + [_agreement(judge, "pnl", frame, pnl) for judge, frame in judges.items()]
 
 
 def write_back(home: Home, name: str, judge: str, url: str) -> int:
     """Write the judge's scores of dataset `name` to the game's trajectories; returns rows updated."""
-    path = dataset_dir(home, name) / f"scores.{judge}.parquet"
-    if not path.is_file():
+    scores = Dataset.open(home, name).read_scores(judge)
+    if scores is None:
         raise ConfigError(f"dataset {name!r} has no complete {judge} scores to write back; run `cli.py score` first")
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    rows = [(r["score"], r["explanation"], now, now, r["trajectory_id"])
-            for r in pl.read_parquet(path).iter_rows(named=True)]
+    rows = [(r["score"], r["explanation"], now, now, r["trajectory_id"]) for r in scores.iter_rows(named=True)]
     sql = ('UPDATE "trajectories" SET "aiJudgeReward" = %s, "aiJudgeReasoning" = %s, "judgedAt" = %s, '
            '"updatedAt" = %s WHERE "trajectoryId" = %s')
     with db.connect(url) as conn:

@@ -1,4 +1,4 @@
-"""Reading a dataset directory (`HOME/datasets/NAME/`) into judge groups, one per window."""
+"""Reading an opened dataset (`babylon_rl.dataset.dataset.Dataset`) into judge groups, one per window."""
 
 from __future__ import annotations
 
@@ -6,18 +6,16 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.settings import Home
 
-SPLIT_FILES = ("train.parquet", "eval.parquet")  # required; validation.parquet is read when there (datasets since the 3-way split)
+if TYPE_CHECKING:
+    from babylon_rl.dataset.dataset import Dataset
 
-
-def split_files(path: Path) -> list[Path]:
-    return [path / f for f in ("train.parquet", "validation.parquet", "eval.parquet") if (path / f).is_file()]
+REQUIRED_SPLITS = ("train", "eval")  # validation is read when there (datasets since the 3-way split)
 REQUIRED_COLUMNS = ("trajectory_id", "window_id", "messages", "pnl", "split")
 
 
@@ -58,38 +56,21 @@ class Group:
         return hashlib.sha256(self.context_text.encode()).hexdigest()
 
 
-def dataset_dir(home: Home, name: str) -> Path:
-    from babylon_rl.dataset.params import validate_name
-
-    path = home.datasets / validate_name(name)  # never a path outside datasets/ (../x, a/b, /abs)
-    if not all((path / f).is_file() for f in SPLIT_FILES):
-        existing = sorted(p.name for p in home.datasets.glob("*") if (p / "manifest.json").is_file()) if home.datasets.is_dir() else []
-        known = ", ".join(existing) if existing else "none; build one with `cli.py dataset build`"
-        raise ConfigError(f"unknown dataset {name!r} under {home.datasets}; existing datasets: {known}")
-    return path
-
-
-def read_manifest(path: Path) -> dict:
-    try:
-        return json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _read_rows(path: Path) -> pl.DataFrame:
-    frames = [pl.read_parquet(f) for f in split_files(path)]
-    frame = pl.concat(frames, how="diagonal_relaxed")
+def _read_rows(dataset: "Dataset") -> pl.DataFrame:
+    missing = [f"{split}.parquet" for split in REQUIRED_SPLITS if not dataset.has_split(split)]
+    if missing:
+        raise dataset.damaged(f"{missing[0]} is missing")
+    frame = pl.concat(dataset.read_splits(), how="diagonal_relaxed")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
-        raise ConfigError(f"dataset {path} lacks the columns {', '.join(missing)}; rebuild it with `cli.py dataset build`")
+        raise ConfigError(f"dataset {dataset.name!r} lacks the columns {', '.join(missing)}; rebuild it with `cli.py dataset build`")
     return frame.sort("window_id", "trajectory_id")
 
 
-def _contexts(path: Path) -> dict[str, str]:
-    file = path / "contexts.parquet"
-    if not file.is_file():
+def _contexts(dataset: "Dataset") -> dict[str, str]:
+    frame = dataset.read_contexts(["window_id", "context_text"])
+    if frame is None:
         return {}
-    frame = pl.read_parquet(file, columns=["window_id", "context_text"])
     return {row["window_id"]: row["context_text"] or "" for row in frame.iter_rows(named=True)}
 
 
@@ -119,10 +100,10 @@ def _trajectory(row: dict) -> Trajectory:
     )
 
 
-def load_groups(path: Path) -> list[Group]:
+def load_groups(dataset: "Dataset") -> list[Group]:
     """Every window of the dataset (train and eval together) as one group, in window order."""
-    frame = _read_rows(path)
-    contexts = _contexts(path)
+    frame = _read_rows(dataset)
+    contexts = _contexts(dataset)
     groups: dict[str, list[Trajectory]] = {}
     for row in frame.iter_rows(named=True):
         traj = _trajectory(row)

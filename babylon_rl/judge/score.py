@@ -10,8 +10,6 @@ naming how many groups were scored, and a re-run resumes from the cache.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +20,8 @@ import polars as pl
 from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.base import GroupOutcome, Judge, LLMSettings
 from babylon_rl.judge.cache import JudgeCache, Score, group_key
-from babylon_rl.judge.dataset import Group, dataset_dir, load_groups, read_manifest
+from babylon_rl.dataset.dataset import Dataset
+from babylon_rl.judge.dataset import Group, load_groups
 from babylon_rl.judge.options import JudgeKind, ScoreOptions
 from babylon_rl.settings import Home, mask_url, scrub
 
@@ -54,6 +53,7 @@ class ScoreRun:
     cost: float = 0.0
     no_signal_groups: int = 0
     path: Path | None = None
+    judge_path: Path | None = None  # scores.<judge>.parquet of the same run
 
     @property
     def scored_groups(self) -> int:
@@ -89,7 +89,7 @@ def llm_settings(options: ScoreOptions) -> LLMSettings:
 
 def validate(home: Home, name: str, options: ScoreOptions) -> None:
     """Raise the one-line ConfigError for an unknown dataset or a missing endpoint/model, before any work."""
-    dataset_dir(home, name)
+    Dataset.open(home, name)
     resolved = options.resolved()
     if resolved.judge != "heuristic":
         llm_settings(resolved)
@@ -155,22 +155,6 @@ def _frame(groups: list[Group], scores: dict[str, dict[str, Score]], judge: Judg
     return pl.DataFrame(rows, schema=schema).sort("window_id", "trajectory_id")
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def scores_file(directory: Path, judge: str) -> Path:
-    """The per-judge copy kept for `score --report`; scores.parquet is the latest complete run."""
-    return directory / f"scores.{judge}.parquet"
-
-
 def _summary(run: ScoreRun, options: ScoreOptions, manifest: dict) -> dict:
     return {
         "dataset": run.dataset, "dataset_content_hash": manifest.get("content_hash"),
@@ -185,23 +169,14 @@ def _summary(run: ScoreRun, options: ScoreOptions, manifest: dict) -> dict:
     }
 
 
-def _write_outputs(directory: Path, frame: pl.DataFrame, summary: dict) -> Path:
-    text = json.dumps(summary, indent=2) + "\n"
-    for parquet, js in ((scores_file(directory, summary["judge"]), directory / f"scores.{summary['judge']}.json"),
-                        (directory / "scores.parquet", directory / "scores.json")):
-        _atomic_write(parquet, lambda tmp: frame.write_parquet(tmp))
-        _atomic_write(js, lambda tmp: tmp.write_text(text))
-    return directory / "scores.parquet"
-
-
 async def score_dataset_async(home: Home, name: str, options: ScoreOptions,
                               on_update: Callable[[ScoreRun], None] = lambda run: None,
                               on_start: Callable[[ScoreRun], None] = lambda run: None) -> ScoreRun:
     """Judge every window group of dataset `name` missing from the cache; write scores when all are scored."""
     options = options.resolved()
-    directory = dataset_dir(home, name)
+    dataset = Dataset.open(home, name)
     judge = make_judge(options)
-    groups = load_groups(directory)
+    groups = load_groups(dataset)
     run = ScoreRun(name, judge.name, judge.model, judge.rubric_version, len(groups),
                    sum(len(g.trajectories) for g in groups))
     cache = JudgeCache(home.judge_cache)
@@ -225,7 +200,8 @@ async def score_dataset_async(home: Home, name: str, options: ScoreOptions,
         raise ScoringIncomplete(_incomplete_message(run))
     frame = _frame(groups, scores, judge)
     run.no_signal_groups = frame.filter(pl.col("no_signal")).select("window_id").n_unique()
-    run.path = _write_outputs(directory, frame, _summary(run, options, read_manifest(directory)))
+    run.path = dataset.write_scores(judge.name, frame, _summary(run, options, dataset.manifest))
+    run.judge_path = dataset.scores_path(judge.name)
     return run
 
 
@@ -248,14 +224,19 @@ def ensure_scores(home: Home | str | Path, dataset_name: str, judge: JudgeKind =
     """
     resolved = home if isinstance(home, Home) else Home.resolve(home)
     run = score_dataset(resolved, dataset_name, ScoreOptions(judge=judge, **options))
-    return pl.read_parquet(scores_file(run.path.parent, run.judge))  # type: ignore[union-attr]
+    return _judge_scores(run)
 
 
 async def ensure_scores_async(home: Home | str | Path, dataset_name: str, judge: JudgeKind = "heuristic",
                               **options) -> pl.DataFrame:
     resolved = home if isinstance(home, Home) else Home.resolve(home)
     run = await score_dataset_async(resolved, dataset_name, ScoreOptions(judge=judge, **options))
-    return pl.read_parquet(scores_file(run.path.parent, run.judge))  # type: ignore[union-attr]
+    return _judge_scores(run)
+
+
+def _judge_scores(run: ScoreRun) -> pl.DataFrame:
+    """The run's scores.<judge>.parquet, from the version it was written into."""
+    return pl.read_parquet(run.judge_path)  # type: ignore[arg-type]
 
 
 def run_as_dict(run: ScoreRun) -> dict:

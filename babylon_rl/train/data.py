@@ -1,7 +1,7 @@
 """Scored datasets as GRPO groups: one group per window, advantages from the judge's scores.
 
-A dataset is `HOME/datasets/NAME/{train,eval}.parquet` plus `scores.parquet` written by
-`cli.py score`. The policy sees only the logged `messages` (the agent's system prompt,
+A dataset (opened and verified by `babylon_rl.dataset.dataset.Dataset`) is its
+train/validation/eval Parquet plus the `scores.parquet` `cli.py score` wrote into it. The policy sees only the logged `messages` (the agent's system prompt,
 its observations, its answers); the score is the reward. Nothing else enters training.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from babylon_rl.dataset.dataset import Dataset
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 
@@ -67,26 +68,13 @@ class ScoredDataset:
         return sorted({s.trajectory_id for g in self.train + self.validation for s in g.samples})
 
 
-def dataset_dir(home: Home, name: str) -> Path:
-    from babylon_rl.dataset.params import validate_name
-
-    path = home.datasets / validate_name(name)  # never a path outside datasets/ (../x, a/b, /abs)
-    if not (path / "train.parquet").exists():
-        raise ConfigError(f"dataset {name!r} not found at {path}: build it with python cli.py dataset build --name {name}")
-    return path
-
-
-def _score_missing(path: Path, name: str) -> pl.DataFrame:
-    """Hook for datasets without scores.parquet: the integrator connects the judge stage here."""
-    raise ConfigError(
-        f"dataset {name!r} has no scores ({path / 'scores.parquet'} is missing): "
-        f"score it first: python cli.py score --dataset {name} --judge heuristic"
-    )
-
-
-def _read_scores(path: Path, name: str) -> pl.DataFrame:
-    scores_path = path / "scores.parquet"
-    scores = pl.read_parquet(scores_path) if scores_path.exists() else _score_missing(path, name)
+def _read_scores(dataset: Dataset) -> pl.DataFrame:
+    scores = dataset.read_scores(columns=["trajectory_id", "score"])
+    if scores is None:
+        raise ConfigError(
+            f"dataset {dataset.name!r} has no scores ({dataset.scores_path()} is missing): "
+            f"score it first: python cli.py score --dataset {dataset.name} --judge heuristic"
+        )
     return scores.select("trajectory_id", pl.col("score").cast(pl.Float64))
 
 
@@ -103,14 +91,11 @@ def _groups(frame: pl.DataFrame) -> list[Group]:
 
 
 def load_scored_dataset(home: Home, name: str) -> ScoredDataset:
-    path = dataset_dir(home, name)
-    scores = _read_scores(path, name)
-    manifest_path = path / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"name": name}
+    dataset = Dataset.open(home, name)
+    scores = _read_scores(dataset)
     splits = {}
     for split in ("train", "validation"):
-        file = path / f"{split}.parquet"
-        frame = pl.read_parquet(file, columns=["trajectory_id", "window_id", "messages"]) if file.exists() else None
+        frame = dataset.read_split(split, ["trajectory_id", "window_id", "messages"])
         if frame is None or frame.is_empty():
             splits[split] = []
             continue
@@ -123,19 +108,14 @@ def load_scored_dataset(home: Home, name: str) -> ScoredDataset:
             )
         splits[split] = _groups(joined)
     if not splits["train"]:
-        raise ConfigError(f"dataset {name!r} has no training trajectories in {path / 'train.parquet'}")
-    return ScoredDataset(name, path, manifest, splits["train"], splits["validation"])
+        raise ConfigError(f"dataset {name!r} has no training trajectories in {dataset.split_path('train')}")
+    return ScoredDataset(name, dataset.path, dataset.manifest, splits["train"], splits["validation"])
 
 
 def dataset_texts(home: Home, name: str) -> list[list[dict]]:
     """The train split's conversations, for the tiny model's tokenizer and warm start (never eval, never validation)."""
-    path = dataset_dir(home, name)
-    conversations = []
-    for split in ("train",):
-        file = path / f"{split}.parquet"
-        if file.exists():
-            conversations += [json.loads(m) for m in pl.read_parquet(file, columns=["messages"])["messages"]]
-    return conversations
+    train = Dataset.open(home, name).read_split("train", ["messages"])
+    return [] if train is None else [json.loads(m) for m in train["messages"]]
 
 
 @dataclass(frozen=True)

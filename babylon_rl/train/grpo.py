@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import GroundTruth, Observation, Outcome, read_observation, score_action
 from babylon_rl.policy import PromptBatch, answer_logprobs, decode_answers, encode_answers, encode_prompts, greedy_answers, sample_answers
 from babylon_rl.train.torch_backend import Checkpoints
+
+if TYPE_CHECKING:
+    from babylon_rl.dataset.dataset import Dataset
 
 INVALID_REWARD = -2.0
 PNL_SCALE = 100.0  # dollars per reward unit
@@ -81,27 +85,23 @@ class DecisionData:
 
 
 def load_decision_data(home: Home, name: str) -> DecisionData:
-    from babylon_rl.dataset.store import dataset_dir, read_manifest
+    from babylon_rl.dataset.dataset import Dataset
 
-    path = dataset_dir(home, name)
-    manifest = read_manifest(home, name)
-    splits = {split: read_split_decisions(path, name, split) for split in ("train", "validation")}
+    dataset = Dataset.open(home, name)
+    splits = {split: read_split_decisions(dataset, split) for split in ("train", "validation")}
     if not splits["train"]:
         raise ConfigError(f"dataset {name!r} has no decision points in its train split: rebuild it with more windows")
-    return DecisionData(name, path, manifest, splits["train"], splits["validation"])
+    return DecisionData(name, dataset.path, dataset.manifest, splits["train"], splits["validation"])
 
 
-def read_split_decisions(path: Path, name: str, split: str) -> list[Task]:
+def read_split_decisions(dataset: "Dataset", split: str) -> list[Task]:
     """The decision points of one split as tasks, with the ground truth of that split's windows only."""
-    import polars as pl
-
     from babylon_rl.evaluate.decisions import COLUMNS, read_decisions, read_truths
 
-    file = path / f"{split}.parquet"
-    if not file.exists():
+    rows = dataset.read_split(split, COLUMNS)
+    if rows is None:
         return []
-    rows = pl.read_parquet(file, columns=COLUMNS)
-    truths = read_truths(path, name, set(rows["window_id"].unique()))
+    truths = read_truths(dataset, set(rows["window_id"].unique()))
     return [Task.from_decision(d, truths[d.window_id]) for d in read_decisions(rows, truths)]
 
 

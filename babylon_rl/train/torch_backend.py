@@ -22,7 +22,6 @@ mean 1 over the step. Only answer positions are projected onto the vocabulary (`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import shutil
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from babylon_rl.errors import ConfigError
+from babylon_rl.hashing import file_sha256 as sha256
 from babylon_rl.train.data import Encoded, Group, encode_chunks, pad_encoded
 from babylon_rl.train.models import answer_logits, load_causal_lm
 
@@ -82,14 +82,6 @@ class _Item:
     encoded: Encoded
     advantage: float
     weight: float  # 1 / (chunks of its trajectory * trajectories of the step)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class Checkpoints:

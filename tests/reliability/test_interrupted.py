@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,7 +43,13 @@ def raw_digest(home: Path) -> list[tuple]:
 
 
 def leftovers(home: Path) -> list[str]:
-    return sorted(p.name for p in (home / "datasets").iterdir() if p.name.startswith("."))
+    """Work entries in datasets/, and versions no published name points at (what a killed build can leave)."""
+    datasets = home / "datasets"
+    work = [p.name for p in datasets.iterdir() if p.name.startswith(".") and p.name != ".versions"]
+    published = {p.resolve() for p in datasets.iterdir() if p.is_symlink()}
+    versions = datasets / ".versions"
+    stale = [f".versions/{p.name}" for p in versions.iterdir() if p.resolve() not in published] if versions.is_dir() else []
+    return sorted(work + stale)
 
 
 # -- snapshot -------------------------------------------------------------------------------
@@ -110,6 +117,89 @@ def test_dataset_build_killed_while_writing_then_rerun(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_dataset_build_killed_at_a_random_moment_then_rerun(tmp_path: Path, seed: int) -> None:
     _kill_dataset_build(tmp_path, lambda proc, home: kill_after(proc, 0.3, 2.0, seed))
+
+
+class Killed(BaseException):
+    """Stands for kill -9: no `except Exception` handler sees it."""
+
+
+def _crash_on_rename_onto(monkeypatch: pytest.MonkeyPatch, destination: Path) -> None:
+    """os.rename/os.replace (and pathlib, which calls them) die when they would write `destination`."""
+    for attr in ("rename", "replace"):
+        real = getattr(os, attr)
+
+        def crashing(src, dst, *args, _real=real, _attr=attr, **kwargs):
+            if Path(dst) == destination:
+                raise Killed(f"killed at {_attr} onto {dst}")
+            return _real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, attr, crashing)
+
+
+def _scored_dataset(tmp_path: Path) -> tuple[Home, Path, bytes]:
+    """Dataset d built with seed 3 and scored: the old dataset a --force build replaces."""
+    from babylon_rl.dataset.build import build
+    from babylon_rl.dataset.params import BuildParams
+    from babylon_rl.judge.options import ScoreOptions
+    from babylon_rl.judge.score import score_dataset
+
+    home = Home.resolve(tmp_path / "home")
+    factory_marts(home.root, windows=12, agents=6)
+    build(home, BuildParams(name="d", min_agents=3, seed=3))
+    score_dataset(home, "d", ScoreOptions(judge="heuristic"))
+    published = home.datasets / "d"
+    return home, published, (published / "scores.parquet").read_bytes()
+
+
+def _assert_old_dataset_intact(published: Path, scores: bytes) -> None:
+    assert json.loads((published / "manifest.json").read_text())["parameters"]["seed"] == 3
+    assert (published / "scores.parquet").read_bytes() == scores
+    assert {p.name for p in published.glob("*.parquet")} >= {"train.parquet", "validation.parquet", "eval.parquet", "contexts.parquet"}
+
+
+def test_dataset_build_force_crashing_at_the_swap_keeps_the_old_dataset_and_its_scores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 5: the swap was two renames (target -> .old, staged -> target); a kill between lost both."""
+    from babylon_rl.dataset.build import build
+    from babylon_rl.dataset.params import BuildParams
+
+    home, published, scores = _scored_dataset(tmp_path)
+    with monkeypatch.context() as patch:
+        _crash_on_rename_onto(patch, published)
+        with pytest.raises(Killed):
+            build(home, BuildParams(name="d", min_agents=3, seed=0), force=True)
+    _assert_old_dataset_intact(published, scores)
+
+    from babylon_rl.dataset.dataset import Dataset
+
+    assert Dataset.open(home, "d").read_scores() is not None  # verified against its manifest, scores with it
+    build(home, BuildParams(name="d", min_agents=3, seed=0), force=True)
+    new = Dataset.open(home, "d")
+    assert new.manifest["parameters"]["seed"] == 0 and not new.has_scores()  # a new version starts unscored
+    assert leftovers(home.root) == []  # the old version and the crashed build's work are swept
+
+
+def test_dataset_build_force_crashing_while_adopting_a_pre_version_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset published as a plain directory (before versions) moves into .versions/ and gets a link; a crash
+    between the two leaves no name for a moment: the next open links it again, scores and all."""
+    from babylon_rl.dataset.build import build
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.dataset.params import BuildParams
+
+    home, published, scores = _scored_dataset(tmp_path)
+    version = published.resolve()
+    published.unlink()
+    version.rename(published)  # the old layout: datasets/d is the directory itself
+    with monkeypatch.context() as patch:
+        _crash_on_rename_onto(patch, published)
+        with pytest.raises(Killed):
+            build(home, BuildParams(name="d", min_agents=3, seed=0), force=True)
+    assert Dataset.open(home, "d").manifest["parameters"]["seed"] == 3
+    _assert_old_dataset_intact(published, scores)
+    build(home, BuildParams(name="d", min_agents=3, seed=0), force=True)
+    assert Dataset.open(home, "d").manifest["parameters"]["seed"] == 0
+    assert leftovers(home.root) == []
 
 
 # -- score ----------------------------------------------------------------------------------
