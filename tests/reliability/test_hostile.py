@@ -42,6 +42,9 @@ def commands(name: str) -> list[tuple[str, ...]]:
         ("train", "--dataset", name, "--max-steps", "1"),
         ("train", "--dataset", "demo", "--run-name", name, "--max-steps", "1"),
         ("model", "init-tiny", "--dataset", "demo", "--name", name, "--warmup-steps", "0"),
+        ("model", "init", "--name", name),
+        ("eval", "--model", "nothing-here", "--dataset", name, "--baseline", "none"),
+        ("report", name),
         ("dataset", "build", "--name", "ok", "--min-agents", "3", "--windows", name),
     ]
 
