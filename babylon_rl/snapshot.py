@@ -121,15 +121,17 @@ def _new_watermark(conn: duckdb.DuckDBPyConnection, table: RawTable, source_now:
     return (min(newest, source_now) if newest else None), future
 
 
-def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetime | None) -> int:
-    """Upsert the source rows past `since` into raw; return how many were new or changed."""
+def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetime | None, full: bool) -> int:
+    """Replace raw's rows (full) or upsert the source rows past `since` (every row when the table had
+    none at the last snapshot) into the temp table `changed` and raw; return how many were new or changed."""
     source = _select_source(table)
     key, mark = table.primary_key, table.watermark
-    if since is None:
+    if full:
         conn.execute(f"DELETE FROM raw.{table.name}")
         conn.execute(f"INSERT INTO raw.{table.name} {source}")
         return conn.execute(f"SELECT count(*) FROM raw.{table.name}").fetchone()[0]
-    conn.execute(f'CREATE OR REPLACE TEMP TABLE changed AS {source} WHERE "{mark}" > $since', {"since": since})
+    past = f'WHERE "{mark}" > $since' if since is not None else ""
+    conn.execute(f"CREATE OR REPLACE TEMP TABLE changed AS {source} {past}", {"since": since} if since is not None else {})
     # Rows already present with the same watermark are unchanged: neither re-written nor counted.
     # DELETEs and a plain INSERT rather than an anti-join and INSERT OR REPLACE: with 100k
     # trajectories to re-read (rows re-stamped, or read again within the safety margin) both
@@ -183,7 +185,7 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
         for table in RAW_TABLES:
             mark = previous.get(table.name)
             since = datetime.fromisoformat(mark) - margin if mark else None
-            rows = _copy_table(conn, table, since if not result.full_copy else None)
+            rows = _copy_table(conn, table, since, full=result.full_copy)
             if not result.full_copy:
                 _mark_dirty(conn, table)
             new_mark, future = _new_watermark(conn, table, source_now)

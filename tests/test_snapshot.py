@@ -66,6 +66,20 @@ def test_resynced_row_replaces_the_old_one_and_marks_its_window(game: str, home:
     assert _rows_before == [(1,)]  # the first (full) copy asked for a rebuild of everything
 
 
+def test_a_table_empty_at_the_last_snapshot_is_copied_and_marks_its_windows(migrated_pg_url: str, home: Path) -> None:
+    """The game's first market outcomes arrive after the first snapshot: the table has no watermark
+    yet (it failed with a binder error, reading another table's changed rows)."""
+    insert(migrated_pg_url, "trajectories", [trajectory("t1", "a1", "2025-01-15T10:00", pnl=12.5)])
+    assert run_snapshot(Home.resolve(home), migrated_pg_url).full_copy
+    insert(migrated_pg_url, "market_outcomes", [stock_outcome("m1", "2025-01-15T10:00", "ACME", 1.25, "ACME wins contract")])
+    with duckdb.connect(str(home / "warehouse.duckdb")) as conn:
+        conn.execute("DELETE FROM meta.dirty_windows")
+    result = run_snapshot(Home.resolve(home), migrated_pg_url)
+    assert not result.full_copy
+    assert {t.table: t.rows_copied for t in result.tables}["market_outcomes"] == 1
+    assert _rows(home, "SELECT window_start FROM meta.dirty_windows") == [(datetime(2025, 1, 15, 10, 0),)]
+
+
 def test_late_row_inside_the_safety_margin_is_caught(game: str, home: Path) -> None:
     run_snapshot(Home.resolve(home), game)
     late = datetime(2025, 1, 15, 12, 0) - timedelta(minutes=5)  # older than the watermark

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from babylon_rl.settings import Home
+from bench.soak_kills import mart_rows
 from babylon_rl.train.data import Schedule, load_scored_dataset
 from tests import game_rows
 from tests.dataset_factory import make_dataset
@@ -281,15 +282,6 @@ def test_train_killed_mid_run_then_resumed(train_template: Path, tmp_path: Path,
 
 
 # -- build ----------------------------------------------------------------------------------
-
-
-def mart_rows(home: Path) -> dict[str, list[tuple]]:
-    """Every mart row, doubles to 9 significant digits (an AVG may add in another order after a restatement)."""
-    def rounded(row: tuple) -> tuple:
-        return tuple(float(f"{v:.9g}") if isinstance(v, float) else v for v in row)
-
-    return {m: sorted((rounded(r) for r in warehouse_rows(home, f"SELECT * FROM babylon.{m}")), key=repr)
-            for m in ("windows", "agent_window_pnl", "training_samples", "rejected_rows")}
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
