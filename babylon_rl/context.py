@@ -101,7 +101,8 @@ class BabylonContext:
             if copy.future_rows:
                 self.console.print(
                     f"[yellow]warning:[/] {copy.future_rows:,} row(s) of {copy.table} are stamped after the source's clock; "
-                    "the watermark is capped at the source's now(), so later rows are still copied: check the game's clock")
+                    "the watermark is capped at the source's now(), so later rows are still copied; they are listed in "
+                    "meta.future_rows: check the game's clock")
 
     def build(self, wait_seconds: float = 0, full_snapshot: bool = False,
               every_minutes: float | None = None, builds: int | None = None) -> build.BuildResult:

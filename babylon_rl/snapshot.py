@@ -113,12 +113,19 @@ def _source_now(conn: duckdb.DuckDBPyConnection) -> datetime:
     return conn.execute(f"SELECT now FROM postgres_query('{SOURCE_ALIAS}', '{query}')").fetchone()[0]
 
 
-def _new_watermark(conn: duckdb.DuckDBPyConnection, table: RawTable, source_now: datetime) -> tuple[datetime | None, int]:
-    """The newest stamp in raw, capped at the source's clock, and how many rows are stamped after that clock."""
-    newest, future = conn.execute(
-        f'SELECT max("{table.watermark}"), count(*) FILTER (WHERE "{table.watermark}" > $now) FROM raw.{table.name}',
-        {"now": source_now}).fetchone()
-    return (min(newest, source_now) if newest else None), future
+def _new_watermark(conn: duckdb.DuckDBPyConnection, table: RawTable, source_now: datetime) -> datetime | None:
+    """The newest stamp in raw, capped at the source's clock."""
+    newest = conn.execute(f'SELECT max("{table.watermark}") FROM raw.{table.name}').fetchone()[0]
+    return min(newest, source_now) if newest else None
+
+
+def _list_future_rows(conn: duckdb.DuckDBPyConnection, table: RawTable, source_now: datetime, snapshot_id: str) -> int:
+    """List the table's rows stamped after the source's clock in meta.future_rows; return how many."""
+    conn.execute(
+        f"""INSERT INTO meta.future_rows
+            SELECT '{table.name}', "{table.primary_key}", "{table.watermark}", $now, $id FROM raw.{table.name}
+            WHERE "{table.watermark}" > $now""", {"now": source_now, "id": snapshot_id})
+    return conn.execute("SELECT count(*) FROM meta.future_rows WHERE table_name = $t", {"t": table.name}).fetchone()[0]
 
 
 def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetime | None, full: bool) -> int:
@@ -182,13 +189,15 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
         result.full_copy = full or not previous
         conn.execute("BEGIN TRANSACTION")
         source_now = _source_now(conn)
+        conn.execute("DELETE FROM meta.future_rows")  # it lists what the latest snapshot found
         for table in RAW_TABLES:
             mark = previous.get(table.name)
             since = datetime.fromisoformat(mark) - margin if mark else None
             rows = _copy_table(conn, table, since, full=result.full_copy)
             if not result.full_copy:
                 _mark_dirty(conn, table)
-            new_mark, future = _new_watermark(conn, table, source_now)
+            new_mark = _new_watermark(conn, table, source_now)
+            future = _list_future_rows(conn, table, source_now, result.snapshot_id)
             result.tables.append(TableCopy(table.name, rows, new_mark.isoformat() if new_mark else mark, future))
         if result.full_copy:
             conn.execute("INSERT INTO meta.dirty_windows SELECT 'epoch'::TIMESTAMP, now()::TIMESTAMP ON CONFLICT DO NOTHING")

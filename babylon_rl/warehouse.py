@@ -179,7 +179,7 @@ def create_raw_schema(conn: duckdb.DuckDBPyConnection) -> None:
 
 
 def create_meta_schema(conn: duckdb.DuckDBPyConnection) -> None:
-    """The toolkit's own bookkeeping: snapshot runs, windows to rebuild, model versions."""
+    """The toolkit's own bookkeeping: snapshot runs, rows stamped in the future, windows to rebuild, model versions."""
     conn.execute("CREATE SCHEMA IF NOT EXISTS meta")
     conn.execute(
         """CREATE TABLE IF NOT EXISTS meta.snapshots (
@@ -189,6 +189,16 @@ def create_meta_schema(conn: duckdb.DuckDBPyConnection) -> None:
             source VARCHAR NOT NULL,
             full_copy BOOLEAN NOT NULL,
             tables_json VARCHAR NOT NULL
+        )"""
+    )
+    # The rows stamped after the source's clock at the last snapshot (a skewed game clock, a bad write).
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS meta.future_rows (
+            table_name VARCHAR NOT NULL,
+            row_id VARCHAR NOT NULL,
+            stamped_at TIMESTAMP NOT NULL,
+            source_now TIMESTAMP NOT NULL,
+            snapshot_id VARCHAR NOT NULL
         )"""
     )
     # Windows whose raw rows changed since the last build; 1970-01-01 means "everything".

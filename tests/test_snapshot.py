@@ -116,6 +116,8 @@ def test_future_dated_row_does_not_hide_later_rows(game: str, home: Path, run_cl
     trajectories = next(t for t in first.tables if t.table == "trajectories")
     assert trajectories.future_rows == 1
     assert datetime.fromisoformat(trajectories.watermark) < source_now + timedelta(minutes=5)
+    assert _rows(home, "SELECT table_name, row_id, snapshot_id FROM meta.future_rows") == [
+        ("trajectories", "row-t-future", first.snapshot_id)]
     now = _source_clock(game)  # after the first snapshot's clock, a day before the future row's stamp
     insert(game, "trajectories", [trajectory(f"t-new{i}", "a8", "2025-01-15T11:00", updated=now) for i in range(3)])
     run_snapshot(Home.resolve(home), game)
