@@ -19,7 +19,7 @@ from typing import Callable
 
 import duckdb
 
-from babylon_rl import locks, warehouse
+from babylon_rl import locks, sqlmesh_state, warehouse
 from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.snapshot import SnapshotResult, run_snapshot
@@ -149,10 +149,7 @@ def _prod_holds_project(context, prod_versions: dict[str, tuple[str, str]]) -> b
 
 
 def _model_versions(context) -> dict[str, tuple[str, str]]:
-    env = context.state_reader.get_environment("prod")
-    if env is None:
-        return {}
-    return {s.name: (s.fingerprint.to_identifier(), s.version) for s in env.snapshots}
+    return {s.name: (s.fingerprint.to_identifier(), s.version) for s in sqlmesh_state.prod_snapshots(context)}
 
 
 def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
@@ -266,15 +263,9 @@ def _recompute_windows(context, windows: list[datetime], window_hours: int) -> t
     (babylon.rejected_rows' audits read the whole history: ~6 s at 1M); their audits run
     whenever a plan changes a model.
     """
-    from sqlmesh.utils.date import to_timestamp
     from sqlmesh.utils.errors import SQLMeshError
 
-    incremental = set(_incremental_models(context))
-    snapshots = [s for s in context.state_reader.get_environment("prod").snapshots if s.name in incremental]
-    context.state_sync.remove_intervals([
-        (snapshot, (to_timestamp(window), to_timestamp(window + timedelta(hours=window_hours))))
-        for window in windows for snapshot in snapshots
-    ])
+    sqlmesh_state.forget_intervals(context, set(_incremental_models(context)), windows, window_hours)
     if context.run("prod", skip_janitor=True).is_failure:
         raise SQLMeshError("sqlmesh run failed")  # the console recorded the failed model (describe_failures)
     return min(windows), max(windows) + timedelta(hours=window_hours)
