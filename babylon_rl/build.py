@@ -19,7 +19,7 @@ from typing import Callable
 
 import duckdb
 
-from babylon_rl import locks, sqlmesh_state, warehouse
+from babylon_rl import atomic, locks, sqlmesh_state, warehouse
 from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.snapshot import SnapshotResult, run_snapshot
@@ -285,9 +285,8 @@ def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[
             if not exists:
                 continue
             target = home.exports / f"{mart}.parquet"
-            tmp = target.with_suffix(".parquet.tmp")
-            conn.execute(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
-            tmp.replace(target)
+            with atomic.file(target) as tmp:
+                conn.execute(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
             written.append(str(target))
     finally:
         conn.close()

@@ -13,13 +13,13 @@ import csv
 import html
 import io
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
 
+from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 from babylon_rl.train.runs import RunDir
@@ -292,7 +292,5 @@ def render(data: RunData) -> str:
 def write_report(home: Home, name: str) -> Path:
     page = render(load_run_data(home, name))
     target = RunDir.for_run(home, name).root / "report.html"
-    tmp = target.with_name(".report.html.tmp")
-    tmp.write_text(page)
-    os.replace(tmp, target)
+    atomic.write_text(target, page)
     return target

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from babylon_rl import atomic
 from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import Home
 
@@ -240,8 +241,7 @@ def load_postgres_scanner(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
     target = home.extensions / f"v{version}" / "postgres_scanner.duckdb_extension"
     if not target.exists() or target.stat().st_size != shipped.stat().st_size:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        shutil.copyfile(shipped, tmp)
-        tmp.replace(target)
+        with atomic.file(target) as tmp:
+            shutil.copyfile(shipped, tmp)
     quoted = str(target).replace("'", "''")
     conn.execute(f"LOAD '{quoted}'")

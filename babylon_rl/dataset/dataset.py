@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from babylon_rl import atomic
 from babylon_rl.dataset import store, verify
 from babylon_rl.dataset.params import BuildParams, validate_name
 from babylon_rl.errors import DatasetError
@@ -114,20 +115,10 @@ class Dataset:
         text = json.dumps(summary, indent=2) + "\n"
         for parquet, js in ((self.scores_path(judge), self.path / f"scores.{judge}.json"),
                             (self.scores_path(), self.path / "scores.json")):
-            _atomic_write(parquet, lambda tmp: frame.write_parquet(tmp))
-            _atomic_write(js, lambda tmp: tmp.write_text(text))
+            with atomic.file(parquet) as tmp:
+                frame.write_parquet(tmp)
+            atomic.write_text(js, text)
         return self.scores_path()
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _reason(exc: BaseException) -> str:

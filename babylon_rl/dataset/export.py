@@ -17,12 +17,12 @@ and counted: a DPO pair needs one shared prompt.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from babylon_rl import atomic
 from babylon_rl.dataset.dataset import Dataset
 from babylon_rl.dataset.params import FORMATS
 from babylon_rl.errors import ConfigError
@@ -55,11 +55,9 @@ def export(home: Home, name: str, fmt: str, output: Path | None) -> ExportResult
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
+    with atomic.file(path) as tmp, tmp.open("w", encoding="utf-8") as handle:
         for line in lines:
             handle.write(line + "\n")
-    tmp.replace(path)
 
 
 def _jsonl_lines(frame: pl.DataFrame) -> list[str]:

@@ -8,10 +8,9 @@ remembers for it, so opening a big dataset a second time reads no Parquet bytes.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 
+from babylon_rl import atomic
 from babylon_rl.hashing import file_sha256 as sha256
 
 CACHE = ".verified.json"
@@ -32,12 +31,10 @@ def _read_cache(directory: Path) -> dict:
 
 def _write_cache(directory: Path, cache: dict) -> None:
     """Temp file then rename; a read-only dataset just hashes again next time."""
-    tmp = directory / f".{CACHE}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     try:
-        tmp.write_text(json.dumps(cache, sort_keys=True))
-        os.replace(tmp, directory / CACHE)
+        atomic.write_text(directory / CACHE, json.dumps(cache, sort_keys=True))
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def remember(directory: Path, digests: dict[str, dict]) -> None:

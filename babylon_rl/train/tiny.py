@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 from babylon_rl.train.data import dataset_texts, encode_chunks, pad_encoded
@@ -173,19 +173,9 @@ def init_tiny(home: Home, dataset: str, name: str, spec: TinySpec, on_step=None)
     set_threads(model)
     loss = warm_start(model, tokenizer, conversations, spec, on_step)
     target = home.models / name
-    tmp = home.models / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "babylon_tiny.json").write_text(json.dumps({"dataset": dataset, "spec": spec.__dict__, "warmup_loss": loss}, indent=2))
-    if target.exists():
-        old = home.models / f".{name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(target)
+    with atomic.directory(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "babylon_tiny.json").write_text(json.dumps({"dataset": dataset, "spec": spec.__dict__, "warmup_loss": loss}, indent=2))
     params = sum(p.numel() for p in model.parameters())
     return TinyResult(target, params, len(tokenizer), loss, time.monotonic() - started)

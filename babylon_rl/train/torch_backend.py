@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.hashing import file_sha256 as sha256
 from babylon_rl.train.data import Encoded, Group, encode_chunks, pad_encoded
@@ -99,19 +99,14 @@ class Checkpoints:
         """Adapter + tokenizer + optimizer/RNG state, written to a temp dir and renamed into place."""
         import torch
 
-        tmp = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-        torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / TRAINER_STATE)
-        files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-        meta = {**state, "base_model": self.base_model, "options": asdict(self.options), "files": files}
-        (tmp / STATE_JSON).write_text(json.dumps(meta, indent=2, default=str))
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
+        with atomic.directory(directory) as tmp:
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+            torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / TRAINER_STATE)
+            files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+            meta = {**state, "base_model": self.base_model, "options": asdict(self.options), "files": files}
+            (tmp / STATE_JSON).write_text(json.dumps(meta, indent=2, default=str))
         return directory
 
     def load(self, directory: Path) -> dict:
@@ -144,14 +139,10 @@ class Checkpoints:
 
     def save_merged(self, directory: Path) -> Path:
         """The base model with the adapter folded in (a plain HF model), next to the checkpoints."""
-        tmp = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
         merged = self.model if self.full else self.model.merge_and_unload()
-        merged.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        if directory.exists():
-            shutil.rmtree(directory)
-        tmp.rename(directory)
+        with atomic.directory(directory) as tmp:
+            merged.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
         return directory
 
 
