@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,7 +43,7 @@ class Decision:
         users = [m for m in self.prompt if m.get("role") == "user"]
         return str(users[-1].get("content", "")) if users else ""
 
-    @property
+    @cached_property  # parsed once: eval asks for it per policy, training per step
     def request(self) -> DecisionPrompt:
         """What a model under test answers: the observation of this step alone, compact."""
         return decision_prompt(self.observation)
