@@ -1,9 +1,9 @@
 """Model build: a full `cli.py build` (SQLMesh plans prod over every window) and an
 incremental one after one more simulated window, on realistic simulator data.
 
-    /work/venv/bin/python bench/bench_build.py --agents 100 --windows 100    # 10k trajectories
-    /work/venv/bin/python bench/bench_build.py --agents 100 --windows 1000   # 100k trajectories
-    /work/venv/bin/python bench/bench_build.py --agents 100 --windows 1000 --source postgres
+    python bench/bench_build.py --agents 100 --windows 100    # 10k trajectories
+    python bench/bench_build.py --agents 100 --windows 1000   # 100k trajectories
+    python bench/bench_build.py --agents 100 --windows 1000 --source postgres
 
 With `--source duckdb` (the default) the simulator writes the warehouse's raw tables
 directly. With `--source postgres` it writes a fresh, migrated PostgreSQL database on

@@ -1,6 +1,6 @@
 """Benchmark `dataset build` against DuckDB alone COPYing the same rows to Parquet.
 
-    /work/venv/bin/python bench/bench_dataset.py --rows 100000 --rows 1000000 --workdir /tmp/brl-bench
+    python bench/bench_dataset.py --rows 100000 --rows 1000000 --workdir /tmp/brl-bench
 
 For each size, a warehouse with `babylon.training_samples` and `babylon.windows` is
 generated once in DuckDB (synthetic chats of 2-4 KB per trajectory). Each measured

@@ -1,6 +1,6 @@
 """Judge throughput: N groups against the local test server with artificial latency.
 
-    /work/venv/bin/python bench/bench_judge.py --groups 1000 --agents 5 --concurrency 16 --latency 0.1
+    python bench/bench_judge.py --groups 1000 --agents 5 --concurrency 16 --latency 0.1
 
 Reports the cold run (every group sent once) against the ideal groups/concurrency x latency,
 the warm re-run (all groups from the cache, zero requests) and prompt tokens per trajectory.

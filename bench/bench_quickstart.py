@@ -4,7 +4,7 @@ Prints the wall time, the peak RSS, the machine and the eval table as Markdown f
 docs/BENCHMARKS.md, and whether the trained model beats the warm-started tiny model and the
 best constant action outside the bootstrap interval (the learning check of the quickstart).
 
-    /work/venv/bin/python bench/bench_quickstart.py --home /tmp/brl-quickstart [-- extra quickstart options]
+    python bench/bench_quickstart.py --home /tmp/brl-quickstart [-- extra quickstart options]
 """
 
 from __future__ import annotations

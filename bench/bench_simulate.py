@@ -1,6 +1,6 @@
 """Simulator throughput: trajectories per minute written to PostgreSQL and to DuckDB.
 
-    /work/venv/bin/python bench/bench_simulate.py --agents 100 --windows 50
+    python bench/bench_simulate.py --agents 100 --windows 50
 
 PostgreSQL: a fresh, migrated database (created and dropped here) on --admin-url's server.
 DuckDB: a fresh warehouse file in a temporary home.

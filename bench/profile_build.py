@@ -1,7 +1,7 @@
 """Where a `cli.py build` spends its time and memory: seconds and peak RSS per step and per model.
 
-    /work/venv/bin/python bench/profile_build.py --home /tmp/b100k            # the warehouse as it is
-    /work/venv/bin/python bench/profile_build.py --home /tmp/b100k --top 20   # and the 20 slowest batches
+    python bench/profile_build.py --home /tmp/b100k            # the warehouse as it is
+    python bench/profile_build.py --home /tmp/b100k --top 20   # and the 20 slowest batches
 
 Runs the build in this process, as `cli.py build` does, and measures each step of
 babylon_rl.build (the snapshot, reading the dirty windows, opening SQLMesh, each plan,
