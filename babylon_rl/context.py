@@ -153,6 +153,7 @@ class BabylonContext:
         return result
 
     def export(self, include_samples: bool = False) -> list[str]:
+        build.refuse_half_built(self.home)  # it would replace the last finished build's exports
         written = build.publish_marts(self.home, build.ALL_MARTS if include_samples else build.PUBLISHED_MARTS)
         for path in written:
             self.console.print(path)
