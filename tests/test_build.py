@@ -437,7 +437,8 @@ def _ctrl_c_after(monkeypatch: pytest.MonkeyPatch, model: str, in_query: bool) -
         if snapshot.name.replace('"', "").endswith(model):
             if not in_query:
                 raise KeyboardInterrupt
-            conn = duckdb.connect()
+            # one thread: an interrupted query of DuckDB's worker threads runs on until its task ends
+            conn = duckdb.connect(config={"threads": 1})
             threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
             lost = threading.Timer(60, conn.interrupt)  # had the Ctrl-C been lost: a failure, not a hang
             lost.start()
@@ -445,6 +446,7 @@ def _ctrl_c_after(monkeypatch: pytest.MonkeyPatch, model: str, in_query: bool) -
                 conn.execute("SELECT count(*) FROM range(10000000000000) t(x) WHERE x % 7 = 3").fetchall()
             finally:
                 lost.cancel()
+                conn.close()
         return result
 
     monkeypatch.setattr(SnapshotEvaluator, "evaluate", evaluate_then_interrupt)
