@@ -30,8 +30,8 @@ def error_handler(func: F) -> F:
                 raise
             click.echo(click.style(f"Error: {exc}", fg="red"), err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
+        except KeyboardInterrupt as exc:
+            click.echo(str(exc) or "Interrupted.", err=True)
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]

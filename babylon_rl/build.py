@@ -6,21 +6,31 @@ by `simulate --target duckdb`) are computed again: SQLMesh only fills intervals 
 not processed, so late rows into an already-built window would otherwise be ignored.
 After a successful build the marts are published as Parquet under `exports/`, which
 analysts can query while the next build holds the warehouse.
+
+SQLMesh applies the models one by one, each in its own transactions, so a build stopped
+half-way (Ctrl-C, kill, a failed model) can leave one mart rebuilt and the next not. Each
+build is recorded in `meta.builds` and marked finished only once its marts and exports are
+complete; `dataset build` and `export` refuse the marts of an unfinished one
+(warehouse.refuse_half_built), and the next build repairs them: the windows it was computing
+are still dirty, and table versions it created are restated whole (plan_prod).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, Iterator
 
 import duckdb
 
-from babylon_rl import atomic, locks, sqlmesh_state, warehouse
-from babylon_rl.errors import WarehouseError
+from babylon_rl import locks, sqlmesh_state, warehouse
+from babylon_rl.errors import BuildInterrupted, WarehouseError
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.snapshot import SnapshotResult, run_snapshot
 
@@ -30,6 +40,7 @@ MART_SCHEMA = "babylon"
 # bytes, read by `dataset build` from the warehouse) only on `cli.py export --all`.
 PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context")
 ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
+INTERRUPTED = "build interrupted: the marts may be half-built; run `python cli.py build` again to finish them"
 
 
 def _utcnow() -> datetime:
@@ -65,7 +76,8 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
     """A SQLMesh Context over the repo's project, with the warehouse under `home`.
 
     Its console is SQLMesh's silent one, except that it keeps the errors of failed models
-    (`failures`), so that a failed build can name the model and the engine's error (`describe_failures`).
+    (`failures`), so that a failed build can name the model and the engine's error (`describe_failures`),
+    and stops the build before the next model once its `stop` event is set (_interrupts_noted).
     """
     # SQLMesh forks a pool of workers to read its cache of the models' rendered queries; for
     # a dozen models on 2 cores that costs more than it saves. Read at SQLMesh's import.
@@ -84,9 +96,15 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
         def __init__(self) -> None:
             super().__init__()
             self.failures: list = []
+            self.stop = threading.Event()
 
         def log_failed_models(self, errors) -> None:
             self.failures.extend(errors)
+
+        def start_snapshot_evaluation_progress(self, snapshot, audit_only: bool = False) -> None:
+            # SQLMesh catches an Exception per model and goes on with the next; a KeyboardInterrupt it lets through
+            if self.stop.is_set():
+                raise KeyboardInterrupt
 
     home.ensure().export_env()
     logging.getLogger("sqlmesh").setLevel(logging.WARNING)
@@ -118,6 +136,57 @@ def _read_dirty(home: Home) -> list[datetime]:
         return [row[0] for row in conn.execute("SELECT window_start FROM meta.dirty_windows ORDER BY 1").fetchall()]
     finally:
         conn.close()
+
+
+def _start_build(home: Home) -> tuple[int, dict[str, tuple[str, str]]]:
+    """Record a build as started (its own transaction); return its id and the model versions the last finished build recorded."""
+    conn = warehouse.connect(home)
+    try:
+        build_id = conn.execute(
+            "INSERT INTO meta.builds SELECT coalesce(max(build_id), 0) + 1, $now, NULL FROM meta.builds RETURNING build_id",
+            {"now": _utcnow()},
+        ).fetchone()[0]
+        rows = conn.execute("SELECT model, fingerprint, version FROM meta.model_versions").fetchall()
+        return build_id, {name: (fingerprint, version) for name, fingerprint, version in rows}
+    finally:
+        conn.close()
+
+
+def _finish_build(home: Home, build_id: int) -> None:
+    conn = warehouse.connect(home)
+    try:
+        conn.execute("UPDATE meta.builds SET finished_at = $now WHERE build_id = $id", {"now": _utcnow(), "id": build_id})
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _interrupts_noted() -> Iterator[threading.Event]:
+    """Make Ctrl-C stop the build wherever it lands.
+
+    DuckDB turns a Ctrl-C that lands in a query into RuntimeError('Query interrupted'), which
+    SQLMesh records as a failed model before going on with the next ones. So SIGINT also sets
+    the event given to SQLMesh's console, which stops it before its next model, and an error
+    raised after it is re-raised as the KeyboardInterrupt it was.
+    """
+    interrupted = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    # Only the main thread may set a handler; a process started to ignore SIGINT (`build &` in a script) goes on ignoring it.
+    noting = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    previous = signal.signal(signal.SIGINT, on_sigint) if noting else None
+    try:
+        yield interrupted
+    except Exception:
+        if interrupted.is_set():
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if noting:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _clear_dirty(home: Home, up_to: datetime, built_until: datetime, model_versions: dict[str, tuple[str, str]]) -> int:
@@ -189,7 +258,8 @@ def _windows_with_data(home: Home, start: datetime, end: datetime) -> int:
         conn.close()
 
 
-def apply_models(context, home: Home, dirty: list[datetime], window_hours: int = 1) -> ProdUpdate:
+def apply_models(context, home: Home, dirty: list[datetime], window_hours: int = 1,
+                 recorded: dict[str, tuple[str, str]] | None = None) -> ProdUpdate:
     """Apply the models to prod, computing only windows that have data, then recompute the dirty ones.
 
     SQLMesh would backfill every interval from the models' configured start, batch by
@@ -204,11 +274,11 @@ def apply_models(context, home: Home, dirty: list[datetime], window_hours: int =
     data_days = _days_with_data(home)
     context.console.failures.clear()
     try:
-        update = plan_prod(context, dirty, window_hours, data_days)
+        update = plan_prod(context, dirty, window_hours, data_days, recorded)
     except SQLMeshError as exc:
         raise WarehouseError(
-            f"the SQLMesh build failed ({describe_failures(context) or exc}); the marts keep their previous version; "
-            "fix the model, or run `sqlmesh plan` from the repository root for the full error"
+            f"the SQLMesh build failed ({describe_failures(context) or exc}); fix the model, or run `sqlmesh plan` "
+            "from the repository root for the full error; `dataset build` refuses the marts until a build succeeds"
         ) from None
     finally:
         context.close()  # DuckDB lets no other process open the warehouse while SQLMesh holds it
@@ -225,10 +295,15 @@ def _last_cron_tick(context) -> datetime:
     return min(ticks).astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def plan_prod(context, dirty: list[datetime], window_hours: int,
-              data_days: tuple[datetime, datetime] | None, **plan_options) -> ProdUpdate:
+def plan_prod(context, dirty: list[datetime], window_hours: int, data_days: tuple[datetime, datetime] | None,
+              recorded: dict[str, tuple[str, str]] | None = None, **plan_options) -> ProdUpdate:
     """Apply prod on any gateway: missing intervals recorded empty, then the days with data restated
-    (new table versions, or every window marked dirty) or else the dirty windows recomputed."""
+    (new table versions, or every window marked dirty) or else the dirty windows recomputed.
+
+    Table versions are new when they differ from `recorded`, those of the last finished build
+    (default: prod's before this plan): a build stopped after its plan put new, empty tables
+    in prod leaves them to be restated by the next one.
+    """
     # The models' YAML unit tests are for `sqlmesh test` and CI; run in every build they cost seconds.
     plan_options = {"auto_apply": True, "no_prompts": True, "skip_tests": True, **plan_options}
     before = _model_versions(context)
@@ -238,7 +313,8 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
         context.plan("prod", empty_backfill=True, **plan_options)
     after = _model_versions(context)
     horizon = _last_cron_tick(context)
-    new_versions = {name: v for name, (_, v) in before.items()} != {name: v for name, (_, v) in after.items()}
+    was = before if recorded is None else recorded
+    new_versions = {name: v for name, (_, v) in was.items()} != {name: v for name, (_, v) in after.items()}
     due = [window for window in dirty if window < horizon]  # SQLMesh would compute nothing for the others
     restate = None
     whole_history = data_days is not None and (new_versions or EPOCH in due)
@@ -247,7 +323,7 @@ def plan_prod(context, dirty: list[datetime], window_hours: int,
         context.plan("prod", restate_models=_incremental_models(context), start=restate[0], end=restate[1], **plan_options)
     elif data_days is not None and due:
         restate = _recompute_windows(context, due, window_hours)
-    if models_changed:
+    if models_changed or new_versions:
         # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
         context.run_janitor(ignore_ttl=True)
     return ProdUpdate(models_changed, restate, after, built_until=horizon,
@@ -272,9 +348,10 @@ def _recompute_windows(context, windows: list[datetime], window_hours: int) -> t
 
 
 def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
-    """Write the marts to exports/*.parquet (temp file, then rename) for readers during builds."""
+    """Write the marts to exports/*.parquet for readers during builds: every file to a temp file
+    first, then all renamed, so that a build stopped while writing leaves the last build's set."""
     conn = warehouse.connect(home, read_only=True)
-    written = []
+    written = {}
     try:
         home.exports.mkdir(parents=True, exist_ok=True)
         for mart in marts:
@@ -285,12 +362,23 @@ def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[
             if not exists:
                 continue
             target = home.exports / f"{mart}.parquet"
-            with atomic.file(target) as tmp:
-                conn.execute(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
-            written.append(str(target))
+            tmp = target.with_suffix(".parquet.tmp")
+            conn.execute(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
+            written[tmp] = target
     finally:
         conn.close()
-    return written
+    for tmp, target in written.items():
+        tmp.replace(target)
+    return [str(target) for target in written.values()]
+
+
+def refuse_half_built(home: Home) -> None:
+    """Raise when the newest build did not finish (warehouse.refuse_half_built)."""
+    conn = warehouse.connect(home, read_only=True)
+    try:
+        warehouse.refuse_half_built(conn, home)
+    finally:
+        conn.close()
 
 
 def _quote(path) -> str:
@@ -321,15 +409,7 @@ class Builder:
                 raise WarehouseError(
                     f"no warehouse at {self.home.warehouse}: pass --database-url to snapshot the game, or run `cli.py simulate --target duckdb`"
                 )
-            marked_before = _utcnow()
-            dirty = _read_dirty(self.home)
-            try:
-                update = apply_models(self._sqlmesh(), self.home, dirty)
-            except WarehouseError:
-                self._context = None  # it may hold a half-done plan: load the project afresh next time
-                raise
-            pending_windows = _clear_dirty(self.home, marked_before, update.built_until, update.versions)
-            publish_marts(self.home)
+            update, pending_windows = self._build_marts()
         return BuildResult(
             snapshot=snapshot,
             restated_windows=update.restated_windows,
@@ -341,6 +421,27 @@ class Builder:
             models={name: version for name, (_, version) in update.versions.items()},
             seconds=time.monotonic() - started,
         )
+
+    def _build_marts(self) -> tuple[ProdUpdate, int]:
+        """Apply the models and publish the marts, between the build's start and finish in meta.builds."""
+        marked_before = _utcnow()
+        dirty = _read_dirty(self.home)
+        build_id, recorded = _start_build(self.home)
+        try:
+            with _interrupts_noted() as interrupted:
+                context = self._sqlmesh()
+                context.console.stop = interrupted
+                update = apply_models(context, self.home, dirty, recorded=recorded)
+                pending_windows = _clear_dirty(self.home, marked_before, update.built_until, update.versions)
+                publish_marts(self.home)
+                _finish_build(self.home, build_id)
+                return update, pending_windows
+        except KeyboardInterrupt:
+            self._context = None  # it may hold a half-done plan: load the project afresh next time
+            raise BuildInterrupted(INTERRUPTED) from None
+        except WarehouseError:
+            self._context = None
+            raise
 
     def _sqlmesh(self):
         files = _project_files()

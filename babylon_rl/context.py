@@ -106,6 +106,7 @@ class BabylonContext:
         return result
 
     def export(self, include_samples: bool = False) -> list[str]:
+        build.refuse_half_built(self.home)  # it would replace the last finished build's exports
         written = build.publish_marts(self.home, build.ALL_MARTS if include_samples else build.PUBLISHED_MARTS)
         self.console.lines(written)
         return written

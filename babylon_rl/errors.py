@@ -27,3 +27,8 @@ class WarehouseError(BabylonError):
 
 class DatasetError(BabylonError):
     """A dataset is unknown, already exists, or no data meets the selection."""
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a build, with what to do. Still a KeyboardInterrupt, so that nothing catching
+    errors (`build --every` goes on after a failed build) swallows it; the CLI prints it and exits 130."""

@@ -49,3 +49,18 @@ def exclusive(path: Path, wait_seconds: float, on_wait: Callable[[str], None] | 
         yield
     finally:
         handle.close()  # closing the descriptor releases the flock
+
+
+def held(path: Path) -> bool:
+    """True while a process holds `path` with `exclusive` (a build is running)."""
+    try:
+        handle = open(path)
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from babylon_rl import atomic
+from babylon_rl import atomic, locks
 from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import Home
 
@@ -216,6 +216,32 @@ def create_meta_schema(conn: duckdb.DuckDBPyConnection) -> None:
             version VARCHAR NOT NULL,
             built_at TIMESTAMP NOT NULL
         )"""
+    )
+    # One row per build; finished_at stays NULL until its marts and exports are complete, so
+    # a build that was killed or failed half-way leaves a row that readers refuse (refuse_half_built).
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS meta.builds (
+            build_id INTEGER PRIMARY KEY,
+            started_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP
+        )"""
+    )
+
+
+def refuse_half_built(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
+    """Raise when the newest build did not finish: its marts may be half rebuilt (one model new, the next old)."""
+    try:
+        row = conn.execute("SELECT build_id, started_at, finished_at FROM meta.builds ORDER BY build_id DESC LIMIT 1").fetchone()
+    except duckdb.CatalogException:  # marts from before meta.builds, or not made by `cli.py build`
+        return
+    if row is None or row[2] is not None:
+        return
+    build = f"build {row[0]} (started {row[1]:%Y-%m-%d %H:%M:%S} UTC)"
+    if locks.held(home.build_lock):
+        raise WarehouseError(f"the marts are half-built: {build} is still running; wait for it to finish, then run this again")
+    raise WarehouseError(
+        f"the marts are half-built: {build} was interrupted or failed; run `python cli.py build` "
+        "(with the same --database-url) to finish them, then run this again"
     )
 
 

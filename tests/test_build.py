@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import psycopg
@@ -425,3 +429,85 @@ def test_build_every_reports_a_failed_build_and_tries_the_next(run_cli) -> None:
 def test_builds_without_every_is_a_usage_error(run_cli) -> None:
     result = run_cli("build", "--builds", "2")
     assert result.exit_code == 2 and "--builds needs --every" in result.output
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """SIGINT handled by Python, as in a terminal: a shell that runs the tests in the background makes them ignore it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_after(monkeypatch: pytest.MonkeyPatch, model: str, in_query: bool) -> None:
+    """Ctrl-C once SQLMesh has computed `model`: while DuckDB runs a query (which DuckDB turns into
+    RuntimeError('Query interrupted')), or between two Python statements (a KeyboardInterrupt)."""
+    from sqlmesh.core.snapshot.evaluator import SnapshotEvaluator
+
+    evaluate = SnapshotEvaluator.evaluate
+
+    def evaluate_then_interrupt(self, snapshot, **kwargs):
+        result = evaluate(self, snapshot, **kwargs)
+        if snapshot.name.replace('"', "").endswith(model):
+            if not in_query:
+                raise KeyboardInterrupt
+            # one thread: an interrupted query of DuckDB's worker threads runs on until its task ends
+            conn = duckdb.connect(config={"threads": 1})
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+            lost = threading.Timer(60, conn.interrupt)  # had the Ctrl-C been lost: a failure, not a hang
+            lost.start()
+            try:
+                conn.execute("SELECT count(*) FROM range(10000000000000) t(x) WHERE x % 7 = 3").fetchall()
+            finally:
+                lost.cancel()
+                conn.close()
+        return result
+
+    monkeypatch.setattr(SnapshotEvaluator, "evaluate", evaluate_then_interrupt)
+
+
+@pytest.mark.parametrize("in_query, every", [(True, False), (False, False), (True, True)],
+                         ids=["in-a-query", "in-python", "in-build-every"])
+def test_ctrl_c_during_build_says_interrupted_and_dataset_build_refuses_until_a_build_finishes(
+        ctrl_c, run_cli, home: Path, monkeypatch: pytest.MonkeyPatch, in_query: bool, every: bool) -> None:
+    assert run_cli("simulate", "--agents", "3", "--windows", "3", "--start", START, "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--target", "duckdb").exit_code == 0  # a 4th window
+    with monkeypatch.context() as patched:
+        _ctrl_c_after(patched, "babylon.windows", in_query)
+        result = run_cli("build", *(("--every", "0.001", "--builds", "2") if every else ()))
+    half = "SELECT (SELECT count(*) FROM babylon.windows), (SELECT count(DISTINCT window_id) FROM babylon.training_samples)"
+    assert _warehouse(home, half) == [(4, 3)]  # windows has the new window, training_samples (after it) not yet
+
+    assert result.exit_code == 130, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "build interrupted: the marts may be half-built; run `python cli.py build` again to finish them")
+    assert "fix the model" not in result.output and "Traceback" not in result.output
+    assert "build 2 at" not in result.output  # build --every stops
+    dataset = ("dataset", "build", "--name", "d", "--min-agents", "3")
+    refused = run_cli(*dataset)
+    assert refused.exit_code == 2
+    assert refused.output.startswith("Error: the marts are half-built: build 2 (started ") and "run `python cli.py build`" in refused.output
+    assert run_cli("build").exit_code == 0
+    assert run_cli(*dataset).exit_code == 0
+    assert _warehouse(home, half) == [(4, 4)]
+
+
+def test_a_build_interrupted_after_applying_changed_models_is_finished_by_the_next(
+        run_cli, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed model's plan puts new, empty tables in prod before they are computed: the next build,
+    which finds prod already holding the project, must still compute them."""
+    project = _copy_project(tmp_path, monkeypatch)
+    assert run_cli("simulate", "--agents", "3", "--windows", "3", "--start", START, "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+    windows = project / "models" / "marts" / "windows.sql"
+    windows.write_text(windows.read_text().replace("WHERE c.window_start BETWEEN", "WHERE TRUE AND c.window_start BETWEEN"))
+    with monkeypatch.context() as patched:
+        _ctrl_c_after(patched, "babylon.windows", in_query=False)
+        assert run_cli("build").exit_code == 130
+    counts = "SELECT (SELECT count(*) FROM babylon.windows), (SELECT count(DISTINCT window_id) FROM babylon.training_samples)"
+    assert _warehouse(home, counts) == [(3, 0)]  # the new training_samples table is in prod, still empty
+
+    result = run_cli("build")
+    assert result.exit_code == 0, result.output
+    assert _warehouse(home, counts) == [(3, 3)]

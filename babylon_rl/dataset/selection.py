@@ -47,7 +47,7 @@ class Candidates:
 
 
 def open_marts(home: Home) -> duckdb.DuckDBPyConnection:
-    """The warehouse opened read-only, after checking the marts exist."""
+    """The warehouse opened read-only, after checking the marts exist and no build stopped half-way through them."""
     if not home.warehouse.exists():
         raise WarehouseError(f"no warehouse at {home.warehouse}; run `cli.py build` first")
     conn = warehouse.connect(home, read_only=True)
@@ -62,6 +62,11 @@ def open_marts(home: Home) -> duckdb.DuckDBPyConnection:
         conn.close()
         names = ", ".join(f"babylon.{name}" for name in missing)
         raise WarehouseError(f"the warehouse {home.warehouse} has no {names}; run `cli.py build` to build the marts")
+    try:
+        warehouse.refuse_half_built(conn, home)
+    except WarehouseError:
+        conn.close()
+        raise
     return conn
 
 

@@ -7,6 +7,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
+from unittest.mock import ANY
 
 import psycopg
 import polars as pl
@@ -19,7 +20,7 @@ from tests import game_rows
 from tests.dataset_factory import make_dataset
 from tests.judge_server import JudgeServer, expected_score
 from tests.reliability.conftest import factory_marts, simulate_game
-from tests.reliability.support import (cli_env, kill_after, kill_when, ok, pg_rows, raw_counts, run, source_counts,
+from tests.reliability.support import (cli_env, kill_after, kill_when, ok, one_line_error, pg_rows, raw_counts, run, source_counts,
                                        start, wait_for, warehouse_rows)
 from tests.train_support import install
 
@@ -304,3 +305,20 @@ def test_build_killed_mid_plan_then_rerun(migrated_pg_url: str, tmp_path: Path, 
     assert mart_rows(home) == mart_rows(reference)
     assert raw_counts(home) == source_counts(migrated_pg_url)
 
+
+
+@pytest.mark.postgres
+def test_dataset_build_refuses_the_marts_of_a_killed_build_until_a_build_finishes(migrated_pg_url: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    url = ("--database-url", migrated_pg_url)
+    dataset = ("dataset", "build", "--name", "d", "--min-agents", "3")
+    simulate_game(migrated_pg_url, home, windows=2, agents=5)
+    ok(run(home, *url, "build"))
+    simulate_game(migrated_pg_url, home, windows=1, agents=5, start=None)
+    state_log = home / "sqlmesh_state.duckdb.wal"  # SQLMesh's first state write: the plan is being applied
+    assert not state_log.exists()
+    assert kill_when(start(home, *url, "build"), state_log.exists, timeout=120)
+    one_line_error(run(home, *dataset), "the marts are half-built: build 2 ", "run `python cli.py build`")
+    assert warehouse_rows(home, "SELECT build_id, finished_at FROM meta.builds ORDER BY 1") == [(1, ANY), (2, None)]
+    ok(run(home, *url, "build"))
+    ok(run(home, *dataset))
