@@ -38,7 +38,7 @@ def error_handler(func: F) -> F:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="BABYLON_RL_HOME", help="State directory (warehouse, datasets, runs). Default ./.babylon")
+@click.option("--home", envvar="BABYLON_RL_HOME", help="State directory (warehouse, datasets, runs). Default: .babylon in this checkout")
 @click.option("--database-url", envvar="DATABASE_URL", help="The game's PostgreSQL, e.g. postgresql://postgres@127.0.0.1/babylon")
 @click.version_option(package_name="babylon-rl")
 @click.pass_context

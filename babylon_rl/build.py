@@ -25,6 +25,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Callable, Iterator
 
 import duckdb
@@ -40,10 +41,11 @@ MART_SCHEMA = "babylon"
 # bytes, read by `dataset build` from the warehouse) only on `cli.py export --all`.
 PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context")
 ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
+BUILD_ID_ENV = "BABYLON_RL_BUILD_ID"  # read by macros/exports.py
 INTERRUPTED = "build interrupted: the marts may be half-built; run `python cli.py build` again to finish them"
 
 
-def _utcnow() -> datetime:
+def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
@@ -127,13 +129,15 @@ def describe_failures(context) -> str | None:
     return f"model {name} failed{more}: {type(cause).__name__}: {message[:300]}"
 
 
-def _read_dirty(home: Home) -> list[datetime]:
+def _read_dirty(home: Home, marked_since: datetime = EPOCH) -> list[datetime]:
     if not home.warehouse.exists():
         return []
     conn = warehouse.connect(home)
     try:
         warehouse.create_meta_schema(conn)
-        return [row[0] for row in conn.execute("SELECT window_start FROM meta.dirty_windows ORDER BY 1").fetchall()]
+        rows = conn.execute("SELECT window_start FROM meta.dirty_windows WHERE marked_at >= $since ORDER BY 1",
+                            {"since": marked_since}).fetchall()
+        return [row[0] for row in rows]
     finally:
         conn.close()
 
@@ -144,7 +148,7 @@ def _start_build(home: Home) -> tuple[int, dict[str, tuple[str, str]]]:
     try:
         build_id = conn.execute(
             "INSERT INTO meta.builds SELECT coalesce(max(build_id), 0) + 1, $now, NULL FROM meta.builds RETURNING build_id",
-            {"now": _utcnow()},
+            {"now": utcnow()},
         ).fetchone()[0]
         rows = conn.execute("SELECT model, fingerprint, version FROM meta.model_versions").fetchall()
         return build_id, {name: (fingerprint, version) for name, fingerprint, version in rows}
@@ -155,7 +159,7 @@ def _start_build(home: Home) -> tuple[int, dict[str, tuple[str, str]]]:
 def _finish_build(home: Home, build_id: int) -> None:
     conn = warehouse.connect(home)
     try:
-        conn.execute("UPDATE meta.builds SET finished_at = $now WHERE build_id = $id", {"now": _utcnow(), "id": build_id})
+        conn.execute("UPDATE meta.builds SET finished_at = $now WHERE build_id = $id", {"now": utcnow(), "id": build_id})
     finally:
         conn.close()
 
@@ -187,6 +191,21 @@ def _interrupts_noted() -> Iterator[threading.Event]:
     finally:
         if noting:
             signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _publishing_at_the_end(build_id: int) -> Iterator[None]:
+    """While set, BABYLON_RL_BUILD_ID keeps the `after_all` of the build's plans and runs from
+    publishing exports (macros/exports.py): the build publishes once, when all its models are done."""
+    previous = os.environ.get(BUILD_ID_ENV)
+    os.environ[BUILD_ID_ENV] = str(build_id)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(BUILD_ID_ENV, None)
+        else:
+            os.environ[BUILD_ID_ENV] = previous
 
 
 def _clear_dirty(home: Home, up_to: datetime, built_until: datetime, model_versions: dict[str, tuple[str, str]]) -> int:
@@ -341,32 +360,64 @@ def _recompute_windows(context, windows: list[datetime], window_hours: int) -> t
     """
     from sqlmesh.utils.errors import SQLMeshError
 
-    sqlmesh_state.forget_intervals(context, set(_incremental_models(context)), windows, window_hours)
+    sqlmesh_state.forget_intervals(context, _hours(windows, window_hours))
     if context.run("prod", skip_janitor=True).is_failure:
         raise SQLMeshError("sqlmesh run failed")  # the console recorded the failed model (describe_failures)
     return min(windows), max(windows) + timedelta(hours=window_hours)
 
 
-def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
-    """Write the marts to exports/*.parquet for readers during builds: every file to a temp file
-    first, then all renamed, so that a build stopped while writing leaves the last build's set."""
-    conn = warehouse.connect(home, read_only=True)
-    written = {}
+def _hours(windows: list[datetime], window_hours: int) -> list[tuple[datetime, datetime]]:
+    return [(window, window + timedelta(hours=window_hours)) for window in windows]
+
+
+def forget_dirty_windows(home: Home, marked_since: datetime) -> None:
+    """Mark the windows made dirty since `marked_since` as not computed in prod's SQLMesh state.
+
+    Run after `snapshot` and `simulate --target duckdb`, so that a bare `sqlmesh run` computes
+    late rows' windows again, as `cli.py build` does (it forgets them itself before its run and
+    clears them from meta.dirty_windows after). Only the windows this command marked: those of
+    earlier commands were forgotten then, and may have been computed by a bare run since.
+    "Everything" (a full snapshot) forgets every day with data.
+    """
+    dirty = _read_dirty(home, marked_since)
+    if not dirty or not home.sqlmesh_state.exists():
+        return  # nothing was ever planned: the first plan computes every window
+    from sqlmesh import Context
+
+    if EPOCH in dirty:
+        data_days = _days_with_data(home)
+        intervals = [data_days] if data_days else []
+    else:
+        intervals = _hours(dirty, 1)
+    home.export_env()
+    context = Context(paths=[PROJECT_ROOT], load=False)  # prod's state only: the project is not loaded
     try:
-        home.exports.mkdir(parents=True, exist_ok=True)
-        for mart in marts:
-            exists = conn.execute(
-                "SELECT count(*) FROM information_schema.tables WHERE table_schema = $s AND table_name = $t",
-                {"s": MART_SCHEMA, "t": mart},
-            ).fetchone()[0]
-            if not exists:
-                continue
-            target = home.exports / f"{mart}.parquet"
-            tmp = target.with_suffix(".parquet.tmp")
-            conn.execute(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
-            written[tmp] = target
+        sqlmesh_state.forget_intervals(context, intervals)
+    finally:
+        context.close()
+
+
+def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
+    """Write the marts to exports/*.parquet for readers during builds (write_exports)."""
+    conn = warehouse.connect(home, read_only=True)
+    try:
+        return write_exports(lambda sql: conn.execute(sql).fetchall(), home.exports, marts)
     finally:
         conn.close()
+
+
+def write_exports(query: Callable[[str], list], exports: Path, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
+    """Copy each mart that exists to `exports`/MART.parquet through `query` (a warehouse connection's):
+    every file to a temp file first, then all renamed, so that a build stopped while writing
+    leaves the last build's set. Also run by the `after_all` of a bare `sqlmesh plan/run` (macros/exports.py)."""
+    present = {row[0] for row in query(f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{MART_SCHEMA}'")}
+    exports.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for mart in (m for m in marts if m in present):
+        target = exports / f"{mart}.parquet"
+        tmp = target.with_suffix(".parquet.tmp")
+        query(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
+        written[tmp] = target
     for tmp, target in written.items():
         tmp.replace(target)
     return [str(target) for target in written.values()]
@@ -424,11 +475,11 @@ class Builder:
 
     def _build_marts(self) -> tuple[ProdUpdate, int]:
         """Apply the models and publish the marts, between the build's start and finish in meta.builds."""
-        marked_before = _utcnow()
+        marked_before = utcnow()
         dirty = _read_dirty(self.home)
         build_id, recorded = _start_build(self.home)
         try:
-            with _interrupts_noted() as interrupted:
+            with _interrupts_noted() as interrupted, _publishing_at_the_end(build_id):
                 context = self._sqlmesh()
                 context.console.stop = interrupted
                 update = apply_models(context, self.home, dirty, recorded=recorded)
@@ -454,7 +505,7 @@ class Builder:
 def _project_files() -> dict[str, int]:
     """Every file of the SQLMesh project and its modification time: a file changed, added or
     removed since the project was loaded changes the result."""
-    files = [PROJECT_ROOT / name for name in ("config.yaml", "external_models.yaml")]
+    files = [PROJECT_ROOT / name for name in ("config.py", "external_models.yaml")]
     for folder in ("models", "macros", "audits"):
         files += (PROJECT_ROOT / folder).rglob("*")
     return {str(f): f.stat().st_mtime_ns for f in files if f.suffix in (".sql", ".py", ".yaml") and f.is_file()}

@@ -68,8 +68,10 @@ class BabylonContext:
     # -- warehouse --------------------------------------------------------------------
     def snapshot(self, full: bool = False) -> snapshot.SnapshotResult:
         url = require_database_url(self.database_url)
+        started = build.utcnow()
         with self.console.status(f"copying {mask_url(url)} into {self.home.warehouse}"):
             result = snapshot.run_snapshot(self.home, url, full=full)
+            build.forget_dirty_windows(self.home, marked_since=started)
         self.console.snapshot_done(result)
         return result
 
@@ -141,12 +143,15 @@ class BabylonContext:
         if target not in ("postgres", "duckdb"):
             raise ConfigError(f"--target must be postgres or duckdb, not {target}")
         where = mask_url(require_database_url(self.database_url)) if target == "postgres" else str(self.home.warehouse)
+        started = build.utcnow()
         sink = open_sink(target, self.database_url, self.home)
         try:
             with self.console.counting("simulating", windows, "windows") as advance:
                 summary = run_simulation(config, sink, advance)
         finally:
             sink.close()
+        if target == "duckdb":
+            build.forget_dirty_windows(self.home, marked_since=started)
         self.console.simulation_summary(summary, where)
         return summary
 

@@ -1,8 +1,9 @@
 """Where the toolkit keeps its state and where its inputs come from.
 
 Everything the toolkit writes lives under one home directory: `--home`, else
-`BABYLON_RL_HOME`, else `./.babylon`. The SQLMesh `config.yaml` reads the same
-variable, so `sqlmesh plan` from the repo root and `cli.py` agree on the warehouse.
+`BABYLON_RL_HOME` (a relative one from the working directory), else the checkout's own
+`.babylon`. The SQLMesh project's config.py resolves it the same way, so `sqlmesh plan`
+(`-p PATH` from anywhere) and `cli.py` agree on the warehouse.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from babylon_rl.errors import ConfigError
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 HOME_ENV = "BABYLON_RL_HOME"
-DEFAULT_HOME = ".babylon"
 DATABASE_URL_ENV = "DATABASE_URL"
 
-# The checkout holding config.yaml, models/ and migrations/ (the SQLMesh project).
+# The checkout holding config.py, models/ and migrations/ (the SQLMesh project).
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOME = PROJECT_ROOT / ".babylon"
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Home:
         return self
 
     def export_env(self) -> None:
-        """Make child tools (SQLMesh's config.yaml) see the same home."""
+        """Make child tools (SQLMesh's config.py) see the same home."""
         os.environ[HOME_ENV] = str(self.root)
 
 

@@ -9,7 +9,7 @@ any other version until this file has been checked against it.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 TESTED_WITH = "0.236.4"
 
@@ -20,12 +20,11 @@ def prod_snapshots(context) -> list:
     return list(environment.snapshots) if environment is not None else []
 
 
-def forget_intervals(context, models: set[str], windows: list[datetime], window_hours: int) -> None:
-    """Mark the windows of these prod models as not computed, so the next `run` computes them again."""
+def forget_intervals(context, intervals: list[tuple[datetime, datetime]]) -> None:
+    """Mark these [start, end) intervals of prod's incremental models as not computed, so the next `run` computes them again."""
     from sqlmesh.utils.date import to_timestamp
 
-    snapshots = [s for s in prod_snapshots(context) if s.name in models]
+    snapshots = [s for s in prod_snapshots(context) if s.is_incremental]
     context.state_sync.remove_intervals([
-        (snapshot, (to_timestamp(window), to_timestamp(window + timedelta(hours=window_hours))))
-        for window in windows for snapshot in snapshots
+        (snapshot, (to_timestamp(start), to_timestamp(end))) for start, end in intervals for snapshot in snapshots
     ])

@@ -20,7 +20,7 @@ from babylon_rl.settings import Home
 
 # Settings applied to every connection of the toolkit's own (simulate, snapshot, the build's
 # bookkeeping, export): no network, and the memory limit SQLMesh's connection has in
-# config.yaml. Without it, the first connection after a 100k-trajectory build took the
+# config.py. Without it, the first connection after a 100k-trajectory build took the
 # process from 0.7 to 3.1 GB (docs/BENCHMARKS.md, "Model build").
 MEMORY_LIMIT = "1GB"
 OFFLINE_CONFIG = {

@@ -110,7 +110,7 @@ def _instrument(profile: Profile) -> None:
 
 
 def _record_batches(profile: Profile, console) -> None:
-    """SQLMesh's console hears of each batch's start and end; batches run one at a time (config.yaml)."""
+    """SQLMesh's console hears of each batch's start and end; batches run one at a time (config.py)."""
     start_batch, update_batch = console.start_snapshot_evaluation_progress, console.update_snapshot_evaluation_progress
 
     def start(snapshot, *args, **kwargs):

@@ -4,7 +4,7 @@ The models are written in DuckDB SQL and SQLMesh transpiles them for each gatewa
 sqlglot transpiles plain JSON paths, but not JSON validation, JSON arrays or safe casts
 (`TRY_CAST` becomes a plain `CAST` on PostgreSQL, which fails on bad input), so those go
 through the macros below. Each one emits the native form for the gateway's `sql_engine`
-variable (see config.yaml):
+variable (see config.py):
 
   duckdb    DuckDB's JSON type and TRY_CAST: a JSON value is text, a JSON array is JSON[].
   postgres  jsonb, and the small functions in schema babylon_rl created by

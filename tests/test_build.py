@@ -60,7 +60,7 @@ def _copy_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     project = tmp_path / "project"
     project.mkdir()
-    for name in ("config.yaml", "external_models.yaml", "models", "macros", "audits"):
+    for name in ("config.py", "external_models.yaml", "models", "macros", "audits"):
         source = PROJECT_ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, project / name)
     monkeypatch.setattr(build, "PROJECT_ROOT", project)
@@ -155,6 +155,33 @@ def test_late_row_into_a_built_window_is_rebuilt(run_cli, built: str, home: Path
                         WHERE "trajectoryId" = (SELECT min("trajectoryId") FROM trajectories WHERE "windowId" = '2025-01-15T02:00')""")
     assert run_cli("--database-url", built, "build").exit_code == 0
     assert _warehouse(home, "SELECT max(pnl) FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T02:00'") == [(12345.0,)]
+
+
+def _bare_sqlmesh_run(home: Path) -> str:
+    from babylon_rl.settings import PROJECT_ROOT
+
+    sqlmesh = Path(sys.executable).parent / "sqlmesh"
+    done = subprocess.run([str(sqlmesh), "run"], cwd=PROJECT_ROOT, env={**os.environ, "BABYLON_RL_HOME": str(home)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_late_row_snapshotted_alone_is_computed_by_a_bare_sqlmesh_run(run_cli, built: str, home: Path) -> None:
+    """`cli.py snapshot` marks the changed window as not computed in SQLMesh's state, so an analyst's
+    plain `sqlmesh run` (no cli.py build) recomputes it and republishes the exports (docs/BUILD.md);
+    the next snapshot marks only its own windows, not those a bare run already computed."""
+    late = "SELECT max(pnl) FROM {} WHERE window_id = '2025-01-15T0{}:00'"
+    for hour, pnl in ((3, 54321.0), (4, 65432.0)):
+        with psycopg.connect(built) as conn:
+            conn.execute(f"""UPDATE trajectories SET "finalPnL" = {pnl}, "updatedAt" = now() WHERE "trajectoryId" =
+                             (SELECT min("trajectoryId") FROM trajectories WHERE "windowId" = '2025-01-15T0{hour}:00')""")
+        assert run_cli("--database-url", built, "snapshot").exit_code == 0
+        computed = _bare_sqlmesh_run(home)
+        assert f"2025-01-15 0{hour}:00:00-0{hour}:59:59" in computed
+        assert _warehouse(home, late.format("babylon.agent_window_pnl", hour)) == [(pnl,)]
+        assert _warehouse(home, late.format(f"'{home / 'exports' / 'agent_window_pnl.parquet'}'", hour)) == [(pnl,)]
+    assert "2025-01-15 03:00:00" not in computed, "the second run computed the first late window again"
 
 
 def test_build_publishes_marts_readable_while_the_warehouse_is_held(run_cli, built: str, home: Path) -> None:
@@ -269,14 +296,15 @@ def test_a_model_failing_on_a_changed_window_is_named_and_the_window_stays_dirty
 
 
 def test_toolkit_connections_share_sqlmesh_memory_limit(tmp_path: Path) -> None:
-    """The toolkit's own warehouse connections get config.yaml's DuckDB memory limit, not DuckDB's 80 % of RAM."""
-    import yaml
+    """The toolkit's own warehouse connections get config.py's DuckDB memory limit, not DuckDB's 80 % of RAM."""
+    from sqlmesh.core.config import Config
+    from sqlmesh.core.config.loader import load_config_from_paths
 
     from babylon_rl import warehouse
     from babylon_rl.settings import Home, PROJECT_ROOT
 
-    config = yaml.safe_load((PROJECT_ROOT / "config.yaml").read_text())
-    configured = config["gateways"]["duckdb"]["connection"]["connector_config"]["memory_limit"]
+    config = load_config_from_paths(Config, project_paths=[PROJECT_ROOT / "config.py"])
+    configured = config.gateways["duckdb"].connection.connector_config["memory_limit"]
     with duckdb.connect(config={"memory_limit": configured}) as reference:
         expected = reference.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     conn = warehouse.connect(Home(tmp_path))

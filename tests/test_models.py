@@ -143,7 +143,7 @@ def test_sqlmesh_unit_tests_pass(home: Path) -> None:
 
 
 def test_columns_blocks_declare_what_the_queries_return(home: Path) -> None:
-    # SQLMesh's optimizer is off (config.yaml): a model's `columns` block is all SQLMesh and the
+    # SQLMesh's optimizer is off (config.py): a model's `columns` block is all SQLMesh and the
     # YAML tests know of its types. A view is created with the block's names by position and an
     # incremental table with its types, so a block out of step with its query is silently wrong.
     build_duckdb(home, raw_rows())

@@ -20,7 +20,7 @@ def plan_with_variable(home: Path, **variables) -> None:
     """A plain `sqlmesh plan` (no janitor) with a changed variable: new versions of the models that read it."""
     Home(home).export_env()
     logging.getLogger("sqlmesh").setLevel(logging.WARNING)
-    config = load_config_from_paths(Config, project_paths=[PROJECT_ROOT / "config.yaml"])
+    config = load_config_from_paths(Config, project_paths=[PROJECT_ROOT / "config.py"])
     config = config.model_copy(update={"variables": {**config.variables, **variables}})
     context = Context(paths=[PROJECT_ROOT], config=config)
     try:
