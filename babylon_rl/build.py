@@ -45,6 +45,14 @@ BUILD_ID_ENV = "BABYLON_RL_BUILD_ID"  # read by macros/exports.py
 INTERRUPTED = "build interrupted: the marts may be half-built; run `python cli.py build` again to finish them"
 
 
+# Told what a build is doing: (what, done, total), total None while it is not known.
+OnProgress = Callable[[str, int, "int | None"], None]
+
+
+def _no_progress(what: str, done: int, total: int | None) -> None:
+    pass
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
@@ -99,9 +107,20 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
             super().__init__()
             self.failures: list = []
             self.stop = threading.Event()
+            self.on_progress: OnProgress = _no_progress
+            self.batches = (0, 0)  # (done, total) of the plan or run under way
 
         def log_failed_models(self, errors) -> None:
             self.failures.extend(errors)
+
+        def start_evaluation_progress(self, batched_intervals, environment_naming_info, default_catalog, audit_only=False) -> None:
+            self.batches = (0, sum(len(intervals) for intervals in batched_intervals.values()))
+            self.on_progress("computing model batches", *self.batches)
+
+        def update_snapshot_evaluation_progress(self, snapshot, interval, batch_idx, duration_ms, *args, **kwargs) -> None:
+            self.batches = (self.batches[0] + 1, self.batches[1])
+            model = snapshot.name.replace('"', "").split(".", 1)[-1]  # without the catalog
+            self.on_progress(f"computed {model}", *self.batches)
 
         def start_snapshot_evaluation_progress(self, snapshot, audit_only: bool = False) -> None:
             # SQLMesh catches an Exception per model and goes on with the next; a KeyboardInterrupt it lets through
@@ -452,15 +471,18 @@ class Builder:
         self._loaded_files: dict[str, int] = {}
 
     def build(self, wait_seconds: float = 0, full_snapshot: bool = False,
-              on_wait: Callable[[str], None] | None = None) -> BuildResult:
+              on_wait: Callable[[str], None] | None = None, on_progress: OnProgress = _no_progress) -> BuildResult:
         started = time.monotonic()
         with locks.exclusive(self.home.build_lock, wait_seconds, on_wait):
-            snapshot = run_snapshot(self.home, self.database_url, full=full_snapshot) if self.database_url else None
+            snapshot = None
+            if self.database_url:
+                on_progress("copying the game tables", 0, None)
+                snapshot = run_snapshot(self.home, self.database_url, full=full_snapshot)
             if not self.home.warehouse.exists():
                 raise WarehouseError(
                     f"no warehouse at {self.home.warehouse}: pass --database-url to snapshot the game, or run `cli.py simulate --target duckdb`"
                 )
-            update, pending_windows = self._build_marts()
+            update, pending_windows = self._build_marts(on_progress)
         return BuildResult(
             snapshot=snapshot,
             restated_windows=update.restated_windows,
@@ -473,17 +495,21 @@ class Builder:
             seconds=time.monotonic() - started,
         )
 
-    def _build_marts(self) -> tuple[ProdUpdate, int]:
+    def _build_marts(self, on_progress: OnProgress) -> tuple[ProdUpdate, int]:
         """Apply the models and publish the marts, between the build's start and finish in meta.builds."""
         marked_before = utcnow()
         dirty = _read_dirty(self.home)
         build_id, recorded = _start_build(self.home)
         try:
             with _interrupts_noted() as interrupted, _publishing_at_the_end(build_id):
+                on_progress("loading the SQLMesh project", 0, None)
                 context = self._sqlmesh()
                 context.console.stop = interrupted
+                context.console.on_progress = on_progress
+                on_progress("planning", 0, None)
                 update = apply_models(context, self.home, dirty, recorded=recorded)
                 pending_windows = _clear_dirty(self.home, marked_before, update.built_until, update.versions)
+                on_progress("publishing the exports", 0, None)
                 publish_marts(self.home)
                 _finish_build(self.home, build_id)
                 return update, pending_windows

@@ -40,11 +40,15 @@ class TerminalConsole(Console):
     def __init__(self, **options) -> None:
         super().__init__(**{"highlight": False, "soft_wrap": True, **options})
 
+    def _bars(self, columns, transient: bool = True) -> Progress:
+        """Progress bars drawn on a terminal only: elsewhere (a pipe, a log file, CI) they print nothing at all."""
+        return Progress(*columns, console=self, transient=transient, disable=not self.is_terminal)
+
     @contextmanager
     def counting(self, label: str, total: int | None, unit: str = "", transient: bool = True) -> Iterator[Callable[[int], None]]:
         """A progress bar for `total` things; yields the function that advances it."""
         columns = [TextColumn(label), BarColumn(), MofNCompleteColumn()] + ([TextColumn(unit)] if unit else []) + [TimeElapsedColumn()]
-        with Progress(*columns, console=self, transient=transient) as progress:
+        with self._bars(columns, transient) as progress:
             task = progress.add_task(label, total=total)
             yield lambda n=1: progress.advance(task, n)
 
@@ -184,11 +188,28 @@ class TerminalConsole(Console):
 
     # -- judge --------------------------------------------------------------------------
     @contextmanager
+    def building(self) -> Iterator[Callable[[str, int, int | None], None]]:
+        """One line for a build: its step, and a bar over SQLMesh's model batches once a plan or run knows how many."""
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with self._bars(columns) as progress:
+            progress.add_task("building", total=None)
+
+            def update(what: str, done: int, total: int | None) -> None:
+                task = progress.tasks[-1]
+                if task.total == total:
+                    progress.update(task.id, description=what, completed=done)
+                else:  # a bar cannot go back to not knowing its total: a new one
+                    progress.remove_task(task.id)
+                    progress.add_task(what, total=total, completed=done)
+
+            yield update
+
+    @contextmanager
     def judging(self, description: str) -> Iterator[tuple[Callable[[ScoreRun], None], Callable[[ScoreRun], None]]]:
         """A progress bar over a scoring run's groups; yields its (on_start, on_update) callbacks."""
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[stats]}"), TimeElapsedColumn())
-        with Progress(*columns, console=self) as progress:
+        with self._bars(columns, transient=False) as progress:
             task = progress.add_task(description, total=None, stats="")
 
             def on_start(run: ScoreRun) -> None:
@@ -239,7 +260,7 @@ class TerminalConsole(Console):
     def evaluating(self) -> Iterator[Callable[[str, int], Callable[[int], None]]]:
         """One progress bar per policy; yields the function that adds one and returns its advance."""
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self, transient=True) as progress:
+        with self._bars(columns) as progress:
             def on_policy(name: str, total: int) -> Callable[[int], None]:
                 task = progress.add_task(f"eval {name}", total=total)
                 return lambda n: progress.advance(task, n)

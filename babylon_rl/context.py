@@ -80,8 +80,12 @@ class BabylonContext:
         """One build; with `every_minutes`, a build every so many minutes until interrupted or `builds` are done."""
         builder = build.Builder(self.home, self.database_url)
         if every_minutes is None:
-            return self._built(builder.build(wait_seconds, full_snapshot, on_wait=self.console.print))
+            return self._built(self._build_once(builder, wait_seconds, full_snapshot))
         return self._build_every(builder, every_minutes, builds, wait_seconds, full_snapshot)
+
+    def _build_once(self, builder: build.Builder, wait_seconds: float, full_snapshot: bool) -> build.BuildResult:
+        with self.console.building() as on_progress:
+            return builder.build(wait_seconds, full_snapshot, on_wait=self.console.print, on_progress=on_progress)
 
     def _build_every(self, builder: build.Builder, every_minutes: float, builds: int | None,
                      wait_seconds: float, full_snapshot: bool) -> build.BuildResult:
@@ -91,7 +95,7 @@ class BabylonContext:
             started = time.monotonic()
             self.console.build_started(number, datetime.now(timezone.utc))
             try:
-                result = self._built(builder.build(wait_seconds, full_snapshot and number == 1, self.console.print))
+                result = self._built(self._build_once(builder, wait_seconds, full_snapshot and number == 1))
                 failure = None
             except BabylonError as exc:
                 failure = exc
@@ -245,6 +249,13 @@ class BabylonContext:
             self.console.print(f"{result.path} already exists (--force converts it again)")
         return result
 
+    def _init_default_model_if_missing(self, base_model: str) -> None:
+        """`train` with the default base model works before `model init`: it runs it first (~30 s, offline)."""
+        from babylon_rl.train.pretrained import DEFAULT_MODEL, model_dir
+
+        if base_model == DEFAULT_MODEL and not (model_dir(self.home, DEFAULT_MODEL) / "config.json").exists():
+            self.model_init(DEFAULT_MODEL)
+
     def model_init_tiny(self, dataset: str, name: str, **shape) -> "TinyResult":
         from babylon_rl.train.tiny import TinySpec, init_tiny
 
@@ -274,6 +285,7 @@ class BabylonContext:
         self.home.ensure()
         if not config.on_decisions:
             self._score_if_missing(config.dataset, judge)
+        self._init_default_model_if_missing(config.base_model)
         result = train(self.home, config, self.database_url, self.console)
         self.console.trained(result, config.on_decisions)
         return result

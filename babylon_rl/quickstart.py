@@ -111,7 +111,7 @@ def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
     with _stage(ctx, result, 1, f"simulate into {target}"):
         ctx.simulate(agents=options.agents, windows=options.windows, steps_per_window=options.steps_per_window,
                      seed=options.seed, start=START, target=target, news_strength=options.news_strength)
-    with _stage(ctx, result, 2, "build", spinner=True):
+    with _stage(ctx, result, 2, "build"):
         ctx.build()
     with _stage(ctx, result, 3, "dataset build"):
         ctx.dataset_build(BuildParams(name=NAME, lookback_hours=options.windows + 1, target_trajectories=100_000,

@@ -290,3 +290,21 @@ def test_learning_can_only_be_shown_when_the_world_holds_something_to_learn(tmp_
     report = json.loads((home / "evals" / "reader-d" / "eval.json").read_text())
     assert report["learning_shown"] is shown, report["comparison"]
     assert ("learning shown" if shown else "learning NOT shown") in result.output
+
+
+def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path, monkeypatch) -> None:
+    """The README's order works without `model init`: `train` converts the default model itself first."""
+    from babylon_rl.errors import ConfigError
+    from babylon_rl.train import loop
+
+    found = []
+
+    def stop_before_training(home_, config, database_url, console):
+        found.append((home_.models / config.base_model / "config.json").exists())
+        raise ConfigError("stopped before training")
+
+    monkeypatch.setattr(loop, "train", stop_before_training)
+    result = run_cli("train", "--dataset", "d", "--on-policy")
+    assert found == [True], result.output
+    assert "saved " in result.output and "smollm2-135m" in result.output
+    assert result.exit_code == 2 and "stopped before training" in result.output

@@ -27,7 +27,8 @@ def resolve_base_model(home: Home, value: str) -> str:
         where = "not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE=1)" if offline else "cannot be downloaded"
         raise ConfigError(
             f"base model {value!r} is not a local model directory, not in {home.models} and {where}: "
-            "create a local one with python cli.py model init-tiny --dataset NAME (then --base-model tiny), "
+            "create a local one with python cli.py model init (SmolLM2-135M, offline) or "
+            "python cli.py model init-tiny --dataset NAME (then --base-model tiny), "
             "or set HF_HUB_OFFLINE=0 on a machine with network"
         ) from None
     return value
