@@ -105,7 +105,7 @@ def windows_plot(frame: pl.DataFrame) -> str:
         ax.bar(part["window_start"].to_list(), part["agents"].to_list(), width=0.03, color=color, alpha=0.5, label=f"{split}: agents in window")
         ax.plot(part["window_start"].to_list(), part["kept"].to_list(), "o", color=color, markersize=3, label=f"{split}: trajectories kept")
     ax.set_ylabel("agents / trajectories")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not over them
     fig.autofmt_xdate()
     return _svg(fig)
 
@@ -125,7 +125,7 @@ def pnl_plot(frame: pl.DataFrame) -> str:
         ax.plot(x, part["mean"].to_list(), color=color, linewidth=1, label=f"{split}: mean (band: 10th-90th percentile)")
     ax.axhline(0, color="#999", linewidth=0.8)
     ax.set_ylabel("P&L per trajectory ($)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.autofmt_xdate()
     return _svg(fig)
 
@@ -181,15 +181,17 @@ def policies_plot(evaluation: dict | None) -> str | None:
     import matplotlib.pyplot as plt
 
     policies = evaluation["policies"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 * len(policies) + 1.5))
+    # one row per policy, named once on the left: the right panel shares its rows
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 * len(policies) + 1.5), sharey=True)
     for ax, key, label in ((axes[0], "direction_accuracy", "direction accuracy"), (axes[1], "pnl_per_decision", "P&L per decision ($)")):
         for row, p in enumerate(policies):
             m = p["metrics"][key]
             color = "tab:green" if p["role"] == "model" else "tab:gray"
             ax.errorbar([m["value"]], [row], xerr=[[m["value"] - m["low"]], [m["high"] - m["value"]]], fmt="o", color=color, capsize=3)
-        ax.set_yticks(range(len(policies)), [p["name"] for p in policies], fontsize=8)
         ax.set_xlabel(label)
-        ax.invert_yaxis()
+        ax.grid(axis="y", color="#eee")
+    axes[0].set_yticks(range(len(policies)), [p["name"] for p in policies], fontsize=8)
+    axes[0].invert_yaxis()
     axes[1].axvline(0, color="#999", linewidth=0.8)
     return _svg(fig)
 
