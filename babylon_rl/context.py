@@ -249,13 +249,6 @@ class BabylonContext:
             self.console.print(f"{result.path} already exists (--force converts it again)")
         return result
 
-    def _init_default_model_if_missing(self, base_model: str) -> None:
-        """`train` with the default base model works before `model init`: it runs it first (~30 s, offline)."""
-        from babylon_rl.train.pretrained import DEFAULT_MODEL, model_dir
-
-        if base_model == DEFAULT_MODEL and not (model_dir(self.home, DEFAULT_MODEL) / "config.json").exists():
-            self.model_init(DEFAULT_MODEL)
-
     def model_init_tiny(self, dataset: str, name: str, **shape) -> "TinyResult":
         from babylon_rl.train.tiny import TinySpec, init_tiny
 
@@ -285,7 +278,6 @@ class BabylonContext:
         self.home.ensure()
         if not config.on_decisions:
             self._score_if_missing(config.dataset, judge)
-        self._init_default_model_if_missing(config.base_model)
         result = train(self.home, config, self.database_url, self.console)
         self.console.trained(result, config.on_decisions)
         return result

@@ -299,12 +299,13 @@ def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path,
 
     found = []
 
-    def stop_before_training(home_, config, database_url, console):
-        found.append((home_.models / config.base_model / "config.json").exists())
-        raise ConfigError("stopped before training")
+    def stop_before_the_run(run, config):
+        found.append((home / "models" / "smollm2-135m" / "config.json").exists())
+        raise ConfigError("stopped before the run")
 
-    monkeypatch.setattr(loop, "train", stop_before_training)
-    result = run_cli("train", "--dataset", "d", "--on-policy")
+    monkeypatch.setattr(loop, "_load_data", lambda home_, config: None)  # no dataset needed to get this far
+    monkeypatch.setattr(loop, "create_run", stop_before_the_run)
+    result = run_cli("train", "--dataset", "d", "--on-policy", "--run-name", "r")
     assert found == [True], result.output
-    assert "saved " in result.output and "smollm2-135m" in result.output
-    assert result.exit_code == 2 and "stopped before training" in result.output
+    assert "converting the default policy" in result.output
+    assert result.exit_code == 2 and "stopped before the run" in result.output

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Callable
 
 from babylon_rl import atomic
 from babylon_rl.dataset import store, verify
-from babylon_rl.dataset.params import BuildParams, validate_name
+from babylon_rl.dataset.params import BuildParams
 from babylon_rl.errors import DatasetError
-from babylon_rl.settings import Home
+from babylon_rl.settings import Home, safe_name
 
 if TYPE_CHECKING:
     import polars as pl
@@ -35,7 +35,7 @@ class Dataset:
 
     @classmethod
     def open(cls, home: Home, name: str, verify_files: bool = True) -> "Dataset":
-        link = home.datasets / validate_name(name)
+        link = home.datasets / safe_name(name, "dataset name")
         if not os.path.lexists(link):
             store.recover(home, name)
         path = link.resolve()

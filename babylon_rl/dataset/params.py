@@ -15,11 +15,6 @@ FORMATS = ("dpo", "jsonl")
 NO_SIGNAL_TOLERANCE = 1e-6
 
 
-def validate_name(name: str) -> str:
-    """The dataset name if it is safe as one directory under datasets/, else a ConfigError."""
-    return safe_name(name, "dataset name")
-
-
 @dataclass(frozen=True)
 class BuildParams:
     """Everything that decides the content of a dataset (recorded in the manifest)."""
@@ -40,7 +35,7 @@ class BuildParams:
     include_used: bool = False
 
     def validate(self) -> "BuildParams":
-        validate_name(self.name)
+        safe_name(self.name, "dataset name")
         _check(self.target_trajectories >= 1, f"--target-trajectories must be at least 1, got {self.target_trajectories}")
         _check(0 <= self.max_dropout < 1, f"--max-dropout must be in [0, 1), got {self.max_dropout}")
         _check(0 <= self.eval_fraction < 1, f"--eval-fraction must be in [0, 1), got {self.eval_fraction}")

@@ -21,9 +21,8 @@ from pathlib import Path
 import polars as pl
 
 from babylon_rl.dataset import verify
-from babylon_rl.dataset.params import validate_name
 from babylon_rl.errors import DatasetError
-from babylon_rl.settings import Home
+from babylon_rl.settings import Home, safe_name
 
 SPLITS = ("train", "validation", "eval")
 MANIFEST = "manifest.json"
@@ -66,7 +65,7 @@ def manifest_hash(manifest: dict) -> str:
 
 
 def ensure_absent(home: Home, name: str, force: bool) -> None:
-    target = home.datasets / validate_name(name)
+    target = home.datasets / safe_name(name, "dataset name")
     recover(home, name)
     if os.path.lexists(target) and not force:
         raise DatasetError(f"dataset {name!r} already exists at {target}; pass --force to replace it or choose another --name")
@@ -170,7 +169,7 @@ def publish(home: Home, staged: Staged, name: str, manifest: dict, force: bool) 
     except OSError as exc:
         discard(staged)
         raise _write_error(name, home.datasets, exc) from None
-    version = versions_dir(home) / f"{validate_name(name)}{staged.directory.name.removeprefix('.tmp')}"
+    version = versions_dir(home) / f"{safe_name(name, 'dataset name')}{staged.directory.name.removeprefix('.tmp')}"
     staged.directory.rename(version)
     link = home.datasets / name
     try:
@@ -248,7 +247,7 @@ def recover_all(home: Home) -> None:
 
 def remove(home: Home, name: str) -> None:
     """Unpublish datasets/<name> (one unlink), then delete its version."""
-    link = home.datasets / validate_name(name)
+    link = home.datasets / safe_name(name, "dataset name")
     version = link.resolve()
     if link.is_symlink():
         link.unlink()

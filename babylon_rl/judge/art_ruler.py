@@ -26,7 +26,7 @@ from babylon_rl.art_compat import import_art
 from babylon_rl.judge import rubric
 from babylon_rl.judge.base import TRUNCATED_SUFFIX, GroupOutcome, LLMSettings
 from babylon_rl.judge.cache import Score
-from babylon_rl.judge.dataset import Group, Trajectory
+from babylon_rl.judge.dataset import WindowGroup, Trajectory
 from babylon_rl.judge.ruler import InvalidReply, describe_error
 from babylon_rl.judge.transcript import estimate_tokens, outcome_line
 from babylon_rl.settings import scrub
@@ -56,12 +56,12 @@ def _compact_messages(messages: list[dict], max_chars: int) -> tuple[list[dict],
     return head + [marker] + list(reversed(tail)), True
 
 
-def _context_message(group: Group) -> dict:
+def _context_message(group: WindowGroup) -> dict:
     return {"role": "system", "content": f"GROUND TRUTH of window {group.window_id} (the agents did not see it):\n"
                                          f"{group.context_text}"}
 
 
-def trajectory_messages(group: Group, traj: Trajectory, max_chars: int) -> tuple[list[dict], bool]:
+def trajectory_messages(group: WindowGroup, traj: Trajectory, max_chars: int) -> tuple[list[dict], bool]:
     body = [{"role": m.get("role", "user"), "content": str(m.get("content") or "")} for m in traj.messages]
     body, cut = _compact_messages(body, max_chars)
     return [_context_message(group), *body, {"role": "user", "content": outcome_line(traj)}], cut
@@ -114,7 +114,7 @@ class ArtRulerJudge:
     async def aclose(self) -> None:
         return None
 
-    def _art_group(self, group: Group) -> tuple[object, list[object], int]:
+    def _art_group(self, group: WindowGroup) -> tuple[object, list[object], int]:
         art = import_art()
 
         ordered = sorted(group.trajectories, key=lambda t: t.trajectory_id)
@@ -159,7 +159,7 @@ class ArtRulerJudge:
             result[tid] = Score(tid, value, why + (TRUNCATED_SUFFIX if cut else ""), cut)
         return result
 
-    async def score_group(self, group: Group) -> GroupOutcome:
+    async def score_group(self, group: WindowGroup) -> GroupOutcome:
         group_in, sent, cut = self._art_group(group)
         outcome = GroupOutcome(truncated=cut)
         last_error = "no attempt made"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from babylon_rl.judge.cache import Score
-from babylon_rl.judge.dataset import Group
+from babylon_rl.judge.dataset import WindowGroup
 
 TRUNCATED_SUFFIX = " (judged on a transcript shortened in the middle to fit the token budget)"
 
@@ -39,6 +39,6 @@ class Judge(Protocol):
     model: str
     rubric_version: str
 
-    async def score_group(self, group: Group) -> GroupOutcome: ...
+    async def score_group(self, group: WindowGroup) -> GroupOutcome: ...
 
     async def aclose(self) -> None: ...

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from babylon_rl.judge.dataset import Group
+from babylon_rl.judge.dataset import WindowGroup
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS scores (
@@ -47,7 +47,7 @@ class Score:
     truncated: bool = False
 
 
-def group_key(group: Group, judge: str, judge_model: str, rubric_version: str) -> str:
+def group_key(group: WindowGroup, judge: str, judge_model: str, rubric_version: str) -> str:
     hashes = sorted(t.content_hash for t in group.trajectories)
     payload = "\x1f".join([judge, judge_model, rubric_version, group.context_hash, *hashes])
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -65,7 +65,7 @@ class JudgeCache:
     def close(self) -> None:
         self._conn.close()
 
-    def get(self, key: str, group: Group) -> dict[str, Score] | None:
+    def get(self, key: str, group: WindowGroup) -> dict[str, Score] | None:
         """The cached scores of the group by trajectory_id, or None unless every trajectory is there."""
         rows = self._conn.execute(
             "SELECT trajectory_id, score, explanation, truncated FROM scores WHERE group_key = ?", (key,)
@@ -73,7 +73,7 @@ class JudgeCache:
         scores = {r[0]: Score(r[0], r[1], r[2], bool(r[3])) for r in rows}
         return scores if {t.trajectory_id for t in group.trajectories} <= scores.keys() else None
 
-    def put(self, key: str, group: Group, scores: dict[str, Score], meta: dict[str, str], tokens: tuple[int, int]) -> None:
+    def put(self, key: str, group: WindowGroup, scores: dict[str, Score], meta: dict[str, str], tokens: tuple[int, int]) -> None:
         now = datetime.now(timezone.utc).isoformat()
         rows = [
             (key, t.content_hash, t.trajectory_id, group.window_id, scores[t.trajectory_id].score,

@@ -44,7 +44,7 @@ class Trajectory:
 
 
 @dataclass(frozen=True)
-class Group:
+class WindowGroup:
     """The trajectories of one window (sorted by trajectory_id) and the window's ground truth."""
 
     window_id: str
@@ -100,7 +100,7 @@ def _trajectory(row: dict) -> Trajectory:
     )
 
 
-def load_groups(dataset: "Dataset") -> list[Group]:
+def load_groups(dataset: "Dataset") -> list[WindowGroup]:
     """Every window of the dataset (train and eval together) as one group, in window order."""
     frame = _read_rows(dataset)
     contexts = _contexts(dataset)
@@ -108,4 +108,4 @@ def load_groups(dataset: "Dataset") -> list[Group]:
     for row in frame.iter_rows(named=True):
         traj = _trajectory(row)
         groups.setdefault(traj.window_id, []).append(traj)
-    return [Group(wid, contexts.get(wid, ""), tuple(trajs)) for wid, trajs in groups.items()]
+    return [WindowGroup(wid, contexts.get(wid, ""), tuple(trajs)) for wid, trajs in groups.items()]

@@ -23,7 +23,7 @@ import math
 
 from babylon_rl.judge.base import GroupOutcome
 from babylon_rl.judge.cache import Score
-from babylon_rl.judge.dataset import Group, Trajectory
+from babylon_rl.judge.dataset import WindowGroup, Trajectory
 
 HEURISTIC_VERSION = "heuristic-v2"  # v2: rank normalised by the kept group size
 WEIGHTS = {"rank": 0.45, "zscore": 0.30, "win_rate": 0.15, "activity": 0.10, "errors": 0.25}
@@ -53,7 +53,7 @@ def explain(traj: Trajectory, group_size: int, score: float) -> str:
             f"z {traj.pnl_zscore or 0.0:+.2f}, win rate {win}, {traj.trades} trades, {traj.errors} errors -> {score:.3f}")
 
 
-def no_outcome_spread(group: Group) -> bool:
+def no_outcome_spread(group: WindowGroup) -> bool:
     return len({round(t.pnl, 9) for t in group.trajectories}) <= 1
 
 
@@ -62,7 +62,7 @@ class HeuristicJudge:
     model = HEURISTIC_VERSION
     rubric_version = HEURISTIC_VERSION
 
-    async def score_group(self, group: Group) -> GroupOutcome:
+    async def score_group(self, group: WindowGroup) -> GroupOutcome:
         if no_outcome_spread(group):
             note = "no signal: every trajectory of the window has the same P&L"
             return GroupOutcome(scores={t.trajectory_id: Score(t.trajectory_id, 0.5, note) for t in group.trajectories})

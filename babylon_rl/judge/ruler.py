@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from babylon_rl.judge import rubric
 from babylon_rl.judge.base import TRUNCATED_SUFFIX, GroupOutcome, LLMSettings
 from babylon_rl.judge.cache import Score
-from babylon_rl.judge.dataset import Group
+from babylon_rl.judge.dataset import WindowGroup
 from babylon_rl.judge.transcript import estimate_tokens, render_group, shared_system_prompt, short_ids, truncate_middle
 from babylon_rl.settings import scrub
 
@@ -95,7 +95,7 @@ def parse_reply(content: str | None, expected: set[str]) -> dict[str, ItemScore]
     return {item.id.strip(): item for item in reply.scores}
 
 
-def build_messages(group: Group, max_tokens: int) -> tuple[list[dict], frozenset[str]]:
+def build_messages(group: WindowGroup, max_tokens: int) -> tuple[list[dict], frozenset[str]]:
     """The chat messages for one group and the short ids whose transcripts were cut.
 
     The ground truth may take at most 40 % of the budget; the transcripts share the rest evenly.
@@ -161,7 +161,7 @@ class RulerJudge:
         outcome.completion_tokens += usage.completion_tokens if usage else estimate_tokens(content or "")
         return content
 
-    async def score_group(self, group: Group) -> GroupOutcome:
+    async def score_group(self, group: WindowGroup) -> GroupOutcome:
         ids = short_ids(group)
         messages, truncated = build_messages(group, self.settings.max_judge_tokens)
         outcome = GroupOutcome(truncated=len(truncated))

@@ -21,7 +21,7 @@ from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.base import GroupOutcome, Judge, LLMSettings
 from babylon_rl.judge.cache import JudgeCache, Score, group_key
 from babylon_rl.dataset.dataset import Dataset
-from babylon_rl.judge.dataset import Group, load_groups
+from babylon_rl.judge.dataset import WindowGroup, load_groups
 from babylon_rl.judge.options import JudgeKind, ScoreOptions
 from babylon_rl.settings import Home, mask_url, scrub
 
@@ -95,7 +95,7 @@ def validate(home: Home, name: str, options: ScoreOptions) -> None:
         llm_settings(resolved)
 
 
-class Tracker:
+class ScoreTally:
     """Counts for the progress display and the summary."""
 
     def __init__(self, run: ScoreRun, options: ScoreOptions, on_update: Callable[[ScoreRun], None]) -> None:
@@ -115,13 +115,13 @@ class Tracker:
         self.on_update(run)
 
 
-async def _judge_pending(judge: Judge, pending: list[tuple[str, Group]], cache: JudgeCache, tracker: Tracker,
+async def _judge_pending(judge: Judge, pending: list[tuple[str, WindowGroup]], cache: JudgeCache, tracker: ScoreTally,
                          concurrency: int, secret: str | None) -> dict[str, dict[str, Score]]:
     semaphore = asyncio.Semaphore(concurrency)
     meta = {"judge": judge.name, "judge_model": judge.model, "rubric_version": judge.rubric_version}
     done: dict[str, dict[str, Score]] = {}
 
-    async def one(key: str, group: Group) -> None:
+    async def one(key: str, group: WindowGroup) -> None:
         async with semaphore:
             try:
                 outcome = await judge.score_group(group)
@@ -139,7 +139,7 @@ async def _judge_pending(judge: Judge, pending: list[tuple[str, Group]], cache: 
     return done
 
 
-def _frame(groups: list[Group], scores: dict[str, dict[str, Score]], judge: Judge) -> pl.DataFrame:
+def _frame(groups: list[WindowGroup], scores: dict[str, dict[str, Score]], judge: Judge) -> pl.DataFrame:
     rows = []
     for group in groups:
         by_id = scores[group.window_id]
@@ -192,7 +192,7 @@ async def score_dataset_async(home: Home, name: str, options: ScoreOptions,
         run.cached_groups = len(scores)
         on_start(run)
         secret = options.api_key.get_secret_value() if options.api_key else None
-        scores.update(await _judge_pending(judge, pending, cache, Tracker(run, options, on_update),
+        scores.update(await _judge_pending(judge, pending, cache, ScoreTally(run, options, on_update),
                                            options.concurrency, secret))
     finally:
         cache.close()

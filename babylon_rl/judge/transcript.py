@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from babylon_rl.judge.dataset import Group, Trajectory
+from babylon_rl.judge.dataset import WindowGroup, Trajectory
 
 _SPACES = re.compile(r"[ \t]+")
 TRUNCATION_MARK = "[truncated: {n} characters of the middle omitted]"
@@ -23,7 +23,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def short_ids(group: Group) -> dict[str, Trajectory]:
+def short_ids(group: WindowGroup) -> dict[str, Trajectory]:
     """T1..Tn in trajectory_id order: stable for the same group, mapped back by id."""
     ordered = sorted(group.trajectories, key=lambda t: t.trajectory_id)
     return {f"T{i}": traj for i, traj in enumerate(ordered, start=1)}
@@ -34,7 +34,7 @@ def _system_prompt(traj: Trajectory) -> str | None:
     return str(first.get("content") or "") if first and first.get("role") == "system" else None
 
 
-def shared_system_prompt(group: Group) -> str | None:
+def shared_system_prompt(group: WindowGroup) -> str | None:
     prompts = {_system_prompt(t) for t in group.trajectories}
     return prompts.pop() if len(prompts) == 1 else None
 
@@ -80,7 +80,7 @@ class Rendered:
     truncated_ids: frozenset[str]  # short ids whose transcript was cut
 
 
-def render_group(group: Group, fixed_tokens: int, max_tokens: int) -> Rendered:
+def render_group(group: WindowGroup, fixed_tokens: int, max_tokens: int) -> Rendered:
     """Transcripts under short ids, cut evenly so the whole prompt stays within max_tokens."""
     ids = short_ids(group)
     shared = shared_system_prompt(group)

@@ -20,7 +20,7 @@ from rich.console import Console
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 from babylon_rl.train.data import Group, Schedule, ScoredDataset, load_scored_dataset
-from babylon_rl.train.runs import RunDir, validate_name
+from babylon_rl.train.runs import RunDir
 from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
 
@@ -115,7 +115,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
 
 def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
     """The run directory and config; on --resume the run's own saved config (seed, batch size, steps)."""
-    run = RunDir.for_run(home, validate_name(config.name))
+    run = RunDir.for_run(home, config.name)
     if config.resume:
         if not run.config.exists():
             raise ConfigError(f"nothing to resume: run {config.name!r} has no {run.config}; start it without --resume")

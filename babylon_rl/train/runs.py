@@ -9,10 +9,6 @@ from pathlib import Path
 from babylon_rl.settings import Home, safe_name
 
 
-def validate_name(name: str, what: str = "run name") -> str:
-    return safe_name(name, what)
-
-
 @dataclass(frozen=True)
 class RunDir:
     """HOME/runs/RUN/: run.json, metrics.csv, wandb/, checkpoints/step-N/, merged/."""
@@ -21,7 +17,7 @@ class RunDir:
 
     @classmethod
     def for_run(cls, home: Home, name: str) -> "RunDir":
-        return cls(home.runs / validate_name(name))
+        return cls(home.runs / safe_name(name, "run name"))
 
     @property
     def config(self) -> Path:

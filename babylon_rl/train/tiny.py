@@ -17,7 +17,7 @@ from pathlib import Path
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
-from babylon_rl.settings import Home
+from babylon_rl.settings import Home, safe_name
 from babylon_rl.train.data import dataset_texts, encode_chunks, pad_encoded
 from babylon_rl.train.models import answer_logits, set_threads
 
@@ -156,14 +156,8 @@ def warm_start(model, tokenizer, conversations: list[list[dict]], spec: TinySpec
     return supervised_fine_tune(model, tokenizer, encoded, spec.warmup_steps, spec.warmup_lr, spec.batch_size, spec.seed, on_step)
 
 
-def _validate_name(name: str) -> None:
-    from babylon_rl.train.runs import validate_name
-
-    validate_name(name, "model name")
-
-
 def init_tiny(home: Home, dataset: str, name: str, spec: TinySpec, on_step=None) -> TinyResult:
-    _validate_name(name)
+    safe_name(name, "model name")
     started = time.monotonic()
     conversations = dataset_texts(home, dataset)
     if not conversations:
