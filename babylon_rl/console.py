@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from babylon_rl.build import BuildResult
-    from babylon_rl.dataset.build import BuildResult as DatasetBuildResult
+    from babylon_rl.dataset.build import DatasetBuildResult
     from babylon_rl.dataset.export import ExportResult
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalResult

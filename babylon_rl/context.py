@@ -22,7 +22,7 @@ from babylon_rl.settings import Home, mask_url, require_database_url, resolve_da
 # The stages a command does not need are imported inside its method: `build` or
 # `windows` then start without Polars, psycopg or the judge (~0.35 s and ~50 MB less).
 if TYPE_CHECKING:
-    from babylon_rl.dataset.build import BuildResult as DatasetBuildResult
+    from babylon_rl.dataset.build import DatasetBuildResult
     from babylon_rl.dataset.export import ExportResult
     from babylon_rl.dataset.params import BuildParams
     from babylon_rl.db import MigrationState

@@ -21,12 +21,12 @@ FORMAT_VERSION = 2  # 2: `files` maps each file to its size and sha256
 
 
 @dataclass(frozen=True)
-class BuildResult:
+class DatasetBuildResult:
     path: Path
     manifest: dict
 
 
-def build(home: Home, params: BuildParams, force: bool = False) -> BuildResult:
+def build(home: Home, params: BuildParams, force: bool = False) -> DatasetBuildResult:
     params.validate()
     store.ensure_absent(home, params.name, force)
     conn = selection.open_marts(home)
@@ -49,7 +49,7 @@ def build(home: Home, params: BuildParams, force: bool = False) -> BuildResult:
     except Exception:
         store.discard(staged)
         raise
-    return BuildResult(path=store.publish(home, staged, params.name, manifest, force), manifest=manifest)
+    return DatasetBuildResult(path=store.publish(home, staged, params.name, manifest, force), manifest=manifest)
 
 
 def _timestamp(value: datetime | None) -> str | None:
