@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -182,6 +183,22 @@ def test_a_late_row_snapshotted_alone_is_computed_by_a_bare_sqlmesh_run(run_cli,
         assert _warehouse(home, late.format("babylon.agent_window_pnl", hour)) == [(pnl,)]
         assert _warehouse(home, late.format(f"'{home / 'exports' / 'agent_window_pnl.parquet'}'", hour)) == [(pnl,)]
     assert "2025-01-15 03:00:00" not in computed, "the second run computed the first late window again"
+
+
+def test_the_readmes_duckdb_queries_run_with_the_installed_cli(built: str, home: Path, tmp_path: Path) -> None:
+    """README, "Querying yourself": both commands, as written, with the `duckdb` the install provides."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    commands = [line.split("`")[1] for line in readme.splitlines() if line.startswith("**") and "`duckdb " in line]
+    assert len(commands) == 2, commands
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / ".babylon").symlink_to(home)  # the default home, as in the README
+    duckdb_cli = Path(sys.executable).parent / "duckdb"
+    for command in commands:
+        args = [str(duckdb_cli), *shlex.split(command)[1:]]
+        done = subprocess.run(args, cwd=checkout, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (command, done.stderr)
+        assert "2025-01-15T05:00" in done.stdout, (command, done.stdout)
 
 
 def test_build_publishes_marts_readable_while_the_warehouse_is_held(run_cli, built: str, home: Path) -> None:
