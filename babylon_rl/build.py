@@ -41,6 +41,7 @@ MART_SCHEMA = "babylon"
 # bytes, read by `dataset build` from the warehouse) only on `cli.py export --all`.
 PUBLISHED_MARTS = ("windows", "agent_window_pnl", "window_market_context")
 ALL_MARTS = (*PUBLISHED_MARTS, "training_samples")
+KEPT_BUILDS = 1000  # rows of meta.builds kept
 BUILD_ID_ENV = "BABYLON_RL_BUILD_ID"  # read by macros/exports.py
 INTERRUPTED = "build interrupted: the marts may be half-built; run `python cli.py build` again to finish them"
 
@@ -176,9 +177,13 @@ def _start_build(home: Home) -> tuple[int, dict[str, tuple[str, str]]]:
 
 
 def _finish_build(home: Home, build_id: int) -> None:
+    """Mark the build finished, and keep the last KEPT_BUILDS rows (`build --every 1` adds one a minute)."""
     conn = warehouse.connect(home)
     try:
+        conn.execute("BEGIN TRANSACTION")
         conn.execute("UPDATE meta.builds SET finished_at = $now WHERE build_id = $id", {"now": utcnow(), "id": build_id})
+        conn.execute("DELETE FROM meta.builds WHERE build_id <= $id - $kept", {"id": build_id, "kept": KEPT_BUILDS})
+        conn.execute("COMMIT")
     finally:
         conn.close()
 
@@ -285,11 +290,9 @@ def _windows_with_data(home: Home, start: datetime, end: datetime) -> int:
     """How many windows in [start, end) hold a trajectory (the window each trajectory is counted in)."""
     conn = warehouse.connect(home, read_only=True)
     try:
+        window = warehouse.trajectory_window()
         return conn.execute(
-            """SELECT count(DISTINCT coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', "startTime")))
-               FROM raw.trajectories
-               WHERE coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', "startTime")) >= $start
-                 AND coalesce(try_strptime("windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', "startTime")) < $end""",
+            f"SELECT count(DISTINCT {window}) FROM raw.trajectories WHERE {window} >= $start AND {window} < $end",
             {"start": start, "end": end},
         ).fetchone()[0]
     finally:

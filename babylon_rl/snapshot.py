@@ -157,10 +157,10 @@ def _copy_table(conn: duckdb.DuckDBPyConnection, table: RawTable, since: datetim
 # Window starts touched by the rows of each table, as SQL over the temp table `changed`;
 # llm_call_logs reach their window through the trajectory.
 _TOUCHED_WINDOWS = {
-    "trajectories": """SELECT coalesce(try_strptime(t."windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', t."startTime")) FROM {rows} t""",
+    "trajectories": f"SELECT {warehouse.trajectory_window('t')} FROM {{rows}} t",
     "market_outcomes": """SELECT try_strptime(m."windowId", '%Y-%m-%dT%H:%M') FROM {rows} m""",
-    "llm_call_logs": """SELECT coalesce(try_strptime(t."windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', t."startTime"))
-                        FROM {rows} c JOIN raw.trajectories t ON t."trajectoryId" = c."trajectoryId" """,
+    "llm_call_logs": f"""SELECT {warehouse.trajectory_window('t')}
+                        FROM {{rows}} c JOIN raw.trajectories t ON t."trajectoryId" = c."trajectoryId" """,
 }
 
 

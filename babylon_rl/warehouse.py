@@ -44,6 +44,13 @@ CATALOG = "warehouse"
 ROW_GROUP_SIZE = 8192
 
 
+def trajectory_window(alias: str = "") -> str:
+    """SQL for the window a raw trajectory row counts in (its windowId, else its startTime's hour),
+    as staging.trajectories computes it; `alias` is the row's table alias, if any."""
+    prefix = f"{alias}." if alias else ""
+    return f"""coalesce(try_strptime({prefix}"windowId", '%Y-%m-%dT%H:%M'), date_trunc('hour', {prefix}"startTime"))"""
+
+
 @dataclass(frozen=True)
 class RawTable:
     name: str

@@ -201,6 +201,19 @@ def test_the_readmes_duckdb_queries_run_with_the_installed_cli(built: str, home:
         assert "2025-01-15T05:00" in done.stdout, (command, done.stdout)
 
 
+def test_meta_builds_keeps_the_last_thousand_builds(run_cli, home: Path) -> None:
+    from babylon_rl import build
+
+    assert run_cli("simulate", "--target", "duckdb", "--agents", "3", "--windows", "2", "--start", START).exit_code == 0
+    with duckdb.connect(str(home / "warehouse.duckdb")) as conn:
+        conn.execute("""CREATE SCHEMA IF NOT EXISTS meta;
+                        CREATE TABLE IF NOT EXISTS meta.builds (build_id INTEGER PRIMARY KEY, started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP);
+                        INSERT INTO meta.builds SELECT i, TIMESTAMP '2025-01-01', TIMESTAMP '2025-01-01' FROM range(1, 1501) r(i)""")
+    assert run_cli("build").exit_code == 0
+    kept = _warehouse(home, "SELECT count(*), min(build_id), max(build_id), count(finished_at) FROM meta.builds")
+    assert kept == [(build.KEPT_BUILDS, 1501 - build.KEPT_BUILDS + 1, 1501, build.KEPT_BUILDS)]
+
+
 def test_build_publishes_marts_readable_while_the_warehouse_is_held(run_cli, built: str, home: Path) -> None:
     exports = home / "exports"
     assert {p.name for p in exports.glob("*.parquet")} >= {"windows.parquet", "agent_window_pnl.parquet"}
