@@ -543,9 +543,9 @@ def quickstart(obj: BabylonContext, **options) -> None:
       python cli.py --home /tmp/qs quickstart --news-strength 0     # the control: must say learning NOT shown
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon quickstart --force
     """
-    from babylon_rl.quickstart import QuickstartOptions
+    from babylon_rl.quickstart import QuickstartOptions, run_quickstart
 
-    obj.quickstart(QuickstartOptions(**options))
+    run_quickstart(obj, QuickstartOptions(**options))
 
 
 if __name__ == "__main__":

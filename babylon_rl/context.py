@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.options import ScoreOptions
     from babylon_rl.judge.score import ScoreRun
-    from babylon_rl.quickstart import QuickstartOptions, QuickstartResult
     from babylon_rl.simulate import SimulationSummary
     from babylon_rl.train.loop import TrainResult
     from babylon_rl.train.tiny import TinyResult
@@ -298,15 +297,10 @@ class BabylonContext:
             self.console.print(f"trained_models: updated {rows} row(s) ({where}) on {mask_url(self.database_url)}")
         return result
 
-    # -- report and quickstart --------------------------------------------------------
+    # -- report -------------------------------------------------------------------------
     def report(self, run: str) -> Path:
         from babylon_rl.report import write_report
 
         path = write_report(self.home, run)
         self.console.print(f"wrote {path}")
         return path
-
-    def quickstart(self, options: "QuickstartOptions") -> "QuickstartResult":
-        from babylon_rl import quickstart
-
-        return quickstart.run(self, options)

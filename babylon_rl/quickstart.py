@@ -3,7 +3,8 @@
 simulate -> build -> dataset build -> model init -> score -> train (imitation baseline) ->
 train (GRPO on the policy's own answers) -> eval -> report. Each stage is the same method the
 individual command calls; this module only chooses the options, times the stages and prints
-where everything went.
+where everything went. It drives a BabylonContext as the CLI does (cli.py calls
+run_quickstart), so the context does not know about it: no import cycle between the two.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _stage(ctx: "BabylonContext", result: QuickstartResult, number: int, name: s
     ctx.console.print(f"[green]done[/green] {name} in {result.stages[name]:.1f}s")
 
 
-def run(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
+def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> QuickstartResult:
     from babylon_rl.dataset.params import BuildParams
     from babylon_rl.evaluate import EvalOptions
     from babylon_rl.judge.options import ScoreOptions
