@@ -91,6 +91,23 @@ class TerminalConsole(Console):
     def build_failed(self, number: int, error: Exception) -> None:
         self.print(Text(f"build {number} failed: {error}", style="red"))
 
+    @contextmanager
+    def building(self) -> Iterator[Callable[[str, int, int | None], None]]:
+        """One line for a build: its step, and a bar over SQLMesh's model batches once a plan or run knows how many."""
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with self._bars(columns) as progress:
+            progress.add_task("building", total=None)
+
+            def update(what: str, done: int, total: int | None) -> None:
+                task = progress.tasks[-1]
+                if task.total == total:
+                    progress.update(task.id, description=what, completed=done)
+                else:  # a bar cannot go back to not knowing its total: a new one
+                    progress.remove_task(task.id)
+                    progress.add_task(what, total=total, completed=done)
+
+            yield update
+
     def build_done(self, result: BuildResult, exports: Path) -> None:
         if result.snapshot:
             self.snapshot_done(result.snapshot)
@@ -187,23 +204,6 @@ class TerminalConsole(Console):
                        f"{result.skipped_no_shared_prompt} pairs without a shared prompt")
 
     # -- judge --------------------------------------------------------------------------
-    @contextmanager
-    def building(self) -> Iterator[Callable[[str, int, int | None], None]]:
-        """One line for a build: its step, and a bar over SQLMesh's model batches once a plan or run knows how many."""
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with self._bars(columns) as progress:
-            progress.add_task("building", total=None)
-
-            def update(what: str, done: int, total: int | None) -> None:
-                task = progress.tasks[-1]
-                if task.total == total:
-                    progress.update(task.id, description=what, completed=done)
-                else:  # a bar cannot go back to not knowing its total: a new one
-                    progress.remove_task(task.id)
-                    progress.add_task(what, total=total, completed=done)
-
-            yield update
-
     @contextmanager
     def judging(self, description: str) -> Iterator[tuple[Callable[[ScoreRun], None], Callable[[ScoreRun], None]]]:
         """A progress bar over a scoring run's groups; yields its (on_start, on_update) callbacks."""
