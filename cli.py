@@ -514,7 +514,7 @@ def report(obj: BabylonContext, run: str) -> None:
 @cli.command()
 @click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
 @click.option("--windows", type=click.IntRange(min=10), default=120, show_default=True,
-              help="Simulated one-hour windows: the first 70 %% train, the next 10 %% validation, the latest 20 %% held out.")
+              help="Simulated one-hour windows: the first 70 % train, the next 10 % validation, the latest 20 % held out.")
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
