@@ -513,8 +513,8 @@ def report(obj: BabylonContext, run: str) -> None:
 
 @cli.command()
 @click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
-@click.option("--windows", type=click.IntRange(min=10), default=120, show_default=True,
-              help="Simulated one-hour windows: the first 70 % train, the next 10 % validation, the latest 20 % held out.")
+@click.option("--windows", type=click.IntRange(min=10), default=480, show_default=True,
+              help="Simulated one-hour windows: the first 65 % train, the next 10 % validation, the latest 25 % held out.")
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
@@ -523,8 +523,8 @@ def report(obj: BabylonContext, run: str) -> None:
 @click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (the GRPO group).")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
 @click.option("--kl-coef", type=click.FloatRange(min=0), default=0.02, show_default=True, help="KL penalty to the base model.")
-@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=6, show_default=True,
-              help="Held-out decisions replayed per eval window (a seeded sample).")
+@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Held-out decisions replayed per eval window (a seeded sample): many windows narrow the interval, more decisions of one window barely do.")
 @click.option("--base-model", default="smollm2-135m", show_default=True, help="The policy to train (smollm2-135m is made on first use).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)

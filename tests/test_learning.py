@@ -292,6 +292,42 @@ def test_learning_can_only_be_shown_when_the_world_holds_something_to_learn(tmp_
     assert ("learning shown" if shown else "learning NOT shown") in result.output
 
 
+@pytest.mark.parametrize("news_strength, recognised", [(1.0, True), (0.0, False)])
+def test_the_quickstarts_eval_design_recognises_a_news_reader(tmp_path, news_strength, recognised):
+    """With the quickstart's own data and eval design, the rule that reads the news beats its base (hold) and the best
+    constant beyond the interval on both metrics, and nothing does with --news-strength 0. (With 24 held-out windows
+    x 6 decisions it did not: no trained model could have shown learning.)"""
+    from click.testing import CliRunner
+
+    from babylon_rl.quickstart import START, QuickstartOptions, dataset_params
+    from cli import cli
+    from tests.judge_server import JudgeServer
+
+    options, home = QuickstartOptions(news_strength=news_strength), tmp_path / "home"
+    params = dataset_params(options)
+
+    def run(*args: str):
+        result = CliRunner().invoke(cli, ["--home", str(home), *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    run("simulate", "--agents", str(options.agents), "--windows", str(options.windows), "--steps-per-window",
+        str(options.steps_per_window), "--seed", str(options.seed), "--start", f"{START:%Y-%m-%dT%H:%M}", "--news-strength", str(news_strength))
+    run("build")
+    run("dataset", "build", "--name", params.name, "--lookback-hours", str(params.lookback_hours), "--target-trajectories",
+        str(params.target_trajectories), "--max-group-size",
+        str(params.max_group_size), "--min-actions", str(params.min_actions), "--validation-fraction", str(params.validation_fraction),
+        "--eval-fraction", str(params.eval_fraction), "--seed", str(params.seed))
+    with JudgeServer() as server:
+        server.reply = lambda body: '{"action": "hold"}' if body["model"] == "hold-model" else _news_reader(body)
+        run("eval", "--model", "reader", "--base-url", server.base_url, "--baseline", "hold-model", "--dataset", params.name,
+            "--max-decisions-per-window", str(options.eval_decisions_per_window), "--seed", str(options.seed))
+    report = json.loads((home / "evals" / f"reader-{params.name}" / "eval.json").read_text())
+    assert report["windows"] >= 100 and report["decisions"] == report["windows"] * options.eval_decisions_per_window
+    for reference in ("baseline", "constant"):
+        assert report["comparison"][reference]["beats_outside_interval"] is recognised, report["comparison"][reference]
+
+
 def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path, monkeypatch) -> None:
     """The README's order works without `model init`: `train` converts the default model itself first."""
     from babylon_rl.errors import ConfigError
