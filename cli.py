@@ -523,7 +523,7 @@ def report(obj: BabylonContext, run: str) -> None:
 @click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (the GRPO group).")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
 @click.option("--kl-coef", type=click.FloatRange(min=0), default=0.02, show_default=True, help="KL penalty to the base model.")
-@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
               help="Held-out decisions replayed per eval window (a seeded sample): many windows narrow the interval, more decisions of one window barely do.")
 @click.option("--base-model", default="smollm2-135m", show_default=True, help="The policy to train (smollm2-135m is made on first use).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)

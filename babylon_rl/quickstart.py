@@ -40,10 +40,10 @@ class QuickstartOptions:
     # The defaults are sized to 2 CPU cores (docs/BENCHMARKS.md, "Quickstart"): SmolLM2-135M with
     # LoRA on its top blocks, GRPO on its own answers to the train windows' decisions.
     agents: int = 10
-    # Many windows, one held-out decision each: decisions of one window share its market moves, so the
+    # Many windows, two held-out decisions each: decisions of one window share its market moves, so the
     # eval's interval (a bootstrap over windows) narrows with windows, not decisions. 24 held-out windows
-    # x 6 decisions could not recognise even the rule that reads the news; 120 x 1 can, at less replay
-    # time (docs/history/BENCHMARKS-learning.md, "2026-11-25 afternoon"; tests/test_learning.py).
+    # x 6 decisions could not recognise even the rule that reads the news; 120 x 2 can (docs/EVALUATION.md;
+    # tests/test_learning.py::test_the_quickstarts_eval_design_recognises_a_news_reader).
     windows: int = 480
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)

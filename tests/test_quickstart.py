@@ -33,3 +33,17 @@ def test_quickstart_small_end_to_end(home, run_cli):
 
     again = run_cli("quickstart", *SMALL)
     assert again.exit_code == 2 and "already has a quickstart" in again.output and "--force" in again.output
+
+
+def test_the_commands_defaults_are_the_quickstarts() -> None:
+    """`cli.py quickstart` without options runs exactly QuickstartOptions() (a default changed in one place only
+    once made the quickstart replay 1 decision per window where its design, and its test, say 2)."""
+    from dataclasses import fields
+
+    from babylon_rl.quickstart import QuickstartOptions
+    from cli import quickstart
+
+    defaults = {p.name: p.default for p in quickstart.params if not getattr(p, "is_flag", False)}
+    expected = {f.name: f.default for f in fields(QuickstartOptions)}
+    assert set(defaults) <= set(expected)
+    assert defaults == {name: expected[name] for name in defaults}
