@@ -293,23 +293,19 @@ def test_learning_can_only_be_shown_when_the_world_holds_something_to_learn(tmp_
 
 
 @pytest.mark.parametrize("news_strength, recognised", [(1.0, True), (0.0, False)])
-def test_the_quickstarts_eval_design_recognises_a_news_reader(tmp_path, news_strength, recognised):
+def test_the_quickstarts_eval_design_recognises_a_news_reader(home: Path, run_cli, news_strength, recognised):
     """With the quickstart's own data and eval design, the rule that reads the news beats its base (hold) and the best
     constant beyond the interval on both metrics, and nothing does with --news-strength 0. (With 24 held-out windows
     x 6 decisions it did not: no trained model could have shown learning.)"""
-    from click.testing import CliRunner
-
     from babylon_rl.quickstart import START, QuickstartOptions, dataset_params
-    from cli import cli
     from tests.judge_server import JudgeServer
 
-    options, home = QuickstartOptions(news_strength=news_strength), tmp_path / "home"
+    options = QuickstartOptions(news_strength=news_strength)
     params = dataset_params(options)
 
-    def run(*args: str):
-        result = CliRunner().invoke(cli, ["--home", str(home), *args], catch_exceptions=False)
+    def run(*args: str) -> None:
+        result = run_cli(*args)
         assert result.exit_code == 0, result.output
-        return result
 
     run("simulate", "--agents", str(options.agents), "--windows", str(options.windows), "--steps-per-window",
         str(options.steps_per_window), "--seed", str(options.seed), "--start", f"{START:%Y-%m-%dT%H:%M}", "--news-strength", str(news_strength))
