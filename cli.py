@@ -421,10 +421,14 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--train-layers", type=click.IntRange(min=0), default=4, show_default=True,
               help="--on-policy: LoRA on the top N blocks only (the frozen blocks below cost no backward pass); 0 = all.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate"]), default="grpo", show_default=True,
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual"]), default="grpo", show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
-                   "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline.")
+                   "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline; "
+                   "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
+                   "the policy fitted to softmax(reward / --reward-temperature) over them.")
+@click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
+              help="--objective counterfactual: smaller puts the target on the best-paying answers.")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="AWR temperature: smaller trusts the judge more.")
 @click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")

@@ -182,6 +182,45 @@ def test_a_grpo_step_samples_its_own_answers_and_moves_the_adapter(small_llama):
     assert result.rewards == {"t1": pytest.approx(result.reward_mean)}
 
 
+def test_the_counterfactual_objective_prices_every_menu_answer_and_moves_toward_the_best(small_llama):
+    """Every answer on the menu is priced; the policy's odds move toward the one that paid (buy ACME: +3 %, BOLT flat)."""
+    from dataclasses import replace
+
+    from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer, MenuBatch
+
+    task = _task()
+    task = replace(task, truth=GroundTruth(task.window_id, {"ACME": Stock(100.0, 103.0), "BOLT": Stock(50.0, 50.0)}, {}))
+    assert task.menu == ['{"action": "hold"}'] + [f'{{"action": "{kind}", "ticker": "{t}", "shares": 10}}'
+                                                   for kind in ("buy", "sell") for t in ("ACME", "BOLT")]
+    menu = MenuBatch.price([task], "cpu")
+    assert menu.width == 5 and menu.rewards[0].tolist() == pytest.approx([task.price(a)[0] for a in task.menu])
+    best, worst = int(menu.rewards[0].argmax()), int(menu.rewards[0].argmin())
+    assert (task.menu[best], task.menu[worst]) == (task.menu[1], task.menu[3])  # buy ACME, sell ACME
+
+    trainer = GrpoTrainer(str(small_llama), GrpoOptions(objective="counterfactual", train_layers=1, learning_rate=1e-2, seed=1))
+    before = _menu_logprobs(trainer, task)
+    first = trainer.train_step([task, task])
+    for _ in range(19):
+        last = trainer.train_step([task, task])
+    after = _menu_logprobs(trainer, task)
+    assert first.groups_used == 2 and first.rewards.keys() == {"t1"} and 0.0 < first.valid_rate < last.valid_rate <= 1.0
+    assert after[best] - after[worst] > before[best] - before[worst] + 0.5  # a random 2-block model: ~1.1 nats in 20 steps
+    gains = [a - b for a, b in zip(after, before)]
+    assert max(range(len(gains)), key=gains.__getitem__) == best  # the paid answer gained the most
+
+
+def _menu_logprobs(trainer, task) -> list[float]:
+    """Each menu answer's whole log-probability under the trainer's policy."""
+    import torch
+
+    from babylon_rl.policy import answer_logprobs, encode_answers, encode_prompts
+
+    with torch.no_grad():
+        answers, mask = encode_answers(trainer.tokenizer, task.menu, "cpu")
+        batch = encode_prompts(trainer.tokenizer, [task.request], "cpu")
+        return (answer_logprobs(trainer.model, batch, answers, mask, len(task.menu)) * mask).sum(1).tolist()
+
+
 def test_sampling_with_a_shared_prompt_cache_matches_plain_generation(small_llama):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -202,14 +241,15 @@ def test_sampling_with_a_shared_prompt_cache_matches_plain_generation(small_llam
             assert torch.equal(row, out[: len(row)])
 
 
-def test_training_and_selection_never_read_the_eval_split(home, small_llama, run_cli):
+@pytest.mark.parametrize("objective", [("--on-policy",), ("--objective", "counterfactual")])
+def test_training_and_selection_never_read_the_eval_split(home, small_llama, run_cli, objective):
     """End to end on a simulated market: inputs.json lists every id training read; none is in the manifest's eval ids."""
     for args in (("simulate", "--agents", "6", "--windows", "14", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
                  ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "20", "--min-actions", "2",
                               "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
-    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--on-policy", "--run-name", "r", "--max-steps", "2",
+    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), *objective, "--run-name", "r", "--max-steps", "2",
                      "--groups-per-step", "2", "--samples", "2", "--train-layers", "1", "--eval-every", "1", "--keep-best",
                      "--learning-rate", "1e-3")
     assert result.exit_code == 0, result.output

@@ -10,6 +10,16 @@ Advantages are normalised within the k answers of one decision (a GRPO group); t
 the clipped ratio over `inner_epochs` passes plus a k3 KL to the base model (the adapter
 switched off).
 
+`objective="counterfactual"` uses the same prices more densely: instead of k samples, every
+answer on a decision's menu (hold; buy or sell 10 shares of each of the window's stocks, the
+best constant's candidates, `evaluate/constant.py`) is priced, and the policy is fitted to
+softmax(reward / `reward_temperature`) over the menu (cross-entropy on each answer's whole
+log-probability: reward-weighted regression over the full action set, the limit of GRPO with
+every action sampled). It prices the policy's own answer and every other it could have given,
+so an answer the policy gives little mass (`sell`) is still pushed up when it would have paid;
+and since one prompt pass serves the whole menu, a decision costs ~5x less than k = 8 sampled
+answers with two inner epochs (docs/TRAINING.md).
+
 Tokens are the CPU's budget, so:
 - the prompt is encoded once for its k answers: one forward pass over the prompt fills a KV
   cache that is repeated k times, and only the answer tokens run k times, in sampling and in the
@@ -31,6 +41,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 
 from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.decisions import Decision
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import GroundTruth, Observation, Outcome, read_observation, score_action
@@ -66,6 +77,11 @@ class Task:
     def price(self, answer: str) -> tuple[float, Outcome]:
         outcome = score_action(self.request.resolve(parse_action(answer)), self.observation, self.truth)
         return reward_of(outcome), outcome
+
+    @property
+    def menu(self) -> list[str]:
+        """Every answer the counterfactual objective prices: hold, and buy or sell each of the window's stocks."""
+        return candidates({self.window_id: self.truth})
 
 
 @dataclass
@@ -124,7 +140,8 @@ class GrpoOptions:
     lora_r: int = 16
     train_layers: int = 4  # LoRA on the top N blocks; 0 = every block
     micro_batch: int = 2  # prompts per forward pass, each with its k answers: 2 x 8 keeps training under 2 GB on CPU
-    objective: str = "grpo"  # grpo | imitate (supervised on the logged answers: the imitation baseline)
+    objective: str = "grpo"  # grpo | counterfactual (every menu answer priced) | imitate (the logged answers: the baseline)
+    reward_temperature: float = 0.3  # counterfactual: the target is softmax(reward / this) over the menu
     max_grad_norm: float = 1.0
     seed: int = 0
     device: str = "cpu"
@@ -174,6 +191,30 @@ class Rollout:
         return np.repeat((np.abs(self.advantages).sum(1) > 0).astype(np.float32), self.advantages.shape[1])
 
 
+@dataclass
+class MenuBatch:
+    """The menus of a micro-batch of decisions, padded to one width: answers ([B*width], flat) and their prices ([B, width])."""
+
+    answers: list[str]
+    width: int
+    rewards: object  # float tensor [B, width]
+    correct: object  # float tensor [B, width]: 1.0 where the answer's direction was right
+    present: object  # bool tensor [B, width]: False on padding
+
+    @classmethod
+    def price(cls, tasks: list[Task], device: str) -> "MenuBatch":
+        import torch
+
+        menus = [t.menu for t in tasks]
+        width = max(len(m) for m in menus)
+        padded = [m + [m[0]] * (width - len(m)) for m in menus]
+        outcomes = [[t.price(answer) for answer in m] for t, m in zip(tasks, padded)]
+        present = torch.tensor([[j < len(m) for j in range(width)] for m in menus], device=device)
+        rewards = torch.tensor([[r for r, _ in row] for row in outcomes], dtype=torch.float32, device=device)
+        correct = torch.tensor([[float(o.correct) for _, o in row] for row in outcomes], device=device)
+        return cls([a for m in padded for a in m], width, rewards, correct, present)
+
+
 def group_advantages(rewards: np.ndarray) -> np.ndarray:
     """(r - mean) / std within each row (one decision's k answers); 0 for a row without spread."""
     mean, std = rewards.mean(1, keepdims=True), rewards.std(1, keepdims=True)
@@ -203,7 +244,8 @@ class GrpoTrainer(Checkpoints):
 
     # -- one step -------------------------------------------------------------------------
     def train_step(self, tasks: list[Task]) -> StepResult:
-        return self.imitate_step(tasks) if self.options.objective == "imitate" else self.grpo_step(tasks)
+        steps = {"imitate": self.imitate_step, "counterfactual": self.counterfactual_step, "grpo": self.grpo_step}
+        return steps[self.options.objective](tasks)
 
     def imitate_step(self, tasks: list[Task]) -> StepResult:
         """One supervised step on the logged agents' answers to the same compact prompts (the imitation baseline)."""
@@ -228,6 +270,43 @@ class GrpoTrainer(Checkpoints):
         self.model.eval()
         return StepResult(loss_total, 0.0, grad_norm, tokens_seen, time.monotonic() - started,
                           {t.trajectory_id: 0.0 for t in tasks}, 0.0, 1.0, 0.0, len(tasks), 0)
+
+    def counterfactual_step(self, tasks: list[Task]) -> StepResult:
+        """Price every answer on each decision's menu; fit the policy to softmax(reward / T) over it (module docstring)."""
+        import torch
+
+        o = self.options
+        started = time.monotonic()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, tokens_seen = 0.0, 0
+        expected_reward, expected_correct, menu_mass = [], [], []
+        for start in range(0, len(tasks), o.micro_batch):
+            part = tasks[start : start + o.micro_batch]
+            menu = MenuBatch.price(part, o.device)
+            batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
+            answers, mask = encode_answers(self.tokenizer, menu.answers, o.device)
+            logp = (answer_logprobs(self.model, batch, answers, mask, menu.width) * mask).sum(1).view(len(part), menu.width)
+            target = torch.softmax((menu.rewards / o.reward_temperature).masked_fill(~menu.present, -torch.inf), 1)
+            loss = -(target * logp.masked_fill(~menu.present, 0.0)).sum() / len(tasks)
+            loss.backward()
+            loss_total += float(loss.detach())
+            tokens_seen += int(batch.attention.sum()) + int(mask.sum())
+            with torch.no_grad():  # what the policy would score, answering from the menu with its own odds
+                on_menu = logp.detach().masked_fill(~menu.present, -torch.inf)
+                policy = torch.softmax(on_menu, 1)
+                expected_reward += (policy * menu.rewards.masked_fill(~menu.present, 0.0)).sum(1).tolist()
+                expected_correct += (policy * menu.correct).sum(1).tolist()
+                menu_mass += on_menu.logsumexp(1).exp().tolist()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
+        self.optimizer.step()
+        self.model.eval()
+        by_trajectory: dict[str, list[float]] = {}
+        for task, value in zip(tasks, expected_reward):
+            by_trajectory.setdefault(task.trajectory_id, []).append(value)
+        return StepResult(loss_total, 0.0, grad_norm, tokens_seen, time.monotonic() - started,
+                          {k: float(np.mean(v)) for k, v in by_trajectory.items()}, float(np.mean(expected_reward)),
+                          float(np.mean(menu_mass)), float(np.mean(expected_correct)), len(tasks), 0)
 
     def grpo_step(self, tasks: list[Task]) -> StepResult:
         """Sample k answers per decision, price them, then update on the decisions whose answers scored differently."""

@@ -44,12 +44,13 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    objective: Literal["grpo", "awr", "imitate"] = "grpo"
+    objective: Literal["grpo", "awr", "imitate", "counterfactual"] = "grpo"
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
     samples: int = Field(8, ge=2)  # answers per decision (the GRPO group)
     temperature: float = Field(0.8, gt=0)
+    reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
@@ -60,8 +61,8 @@ class TrainConfig(BaseModel):
 
     @property
     def on_decisions(self) -> bool:
-        """Trained on replayed decisions (its own answers, or with `imitate` the logged ones), not on scored trajectories."""
-        return self.on_policy or self.objective == "imitate"
+        """Trained on replayed decisions (its own answers, every menu answer, or the logged ones), not on scored trajectories."""
+        return self.on_policy or self.objective in ("imitate", "counterfactual")
 
 
 @dataclass
@@ -99,7 +100,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
             learning_rate=config.learning_rate, samples=config.samples, temperature=config.temperature,
             max_new_tokens=config.max_new_tokens, inner_epochs=config.inner_epochs, clip_eps=config.clip_eps,
             kl_coef=config.kl_coef, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
-            device=resolve_device(config.device), objective="imitate" if config.objective == "imitate" else "grpo"))
+            device=resolve_device(config.device), reward_temperature=config.reward_temperature,
+            objective=config.objective if config.objective in ("imitate", "counterfactual") else "grpo"))
     if config.backend == "torch":
         from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
 
