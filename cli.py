@@ -450,6 +450,7 @@ def train(obj: BabylonContext, **options) -> None:
     Examples:
       python cli.py train --dataset demo --on-policy --max-steps 12
       python cli.py train --dataset demo --objective imitate --run-name demo-imitation --max-steps 12
+      python cli.py train --dataset demo --objective counterfactual --groups-per-step 16 --learning-rate 1e-3 --max-steps 20
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume
