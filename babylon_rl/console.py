@@ -268,7 +268,7 @@ class TerminalConsole(Console):
             yield on_policy
 
     def evaluated(self, result: EvalResult, json_path: Path, csv_path: Path) -> None:
-        from babylon_rl.evaluate.table import eval_table
+        from babylon_rl.evaluate.table import design_line, eval_table
 
         self.print(eval_table(result))
         for role, diff in result.comparison.items():
@@ -280,6 +280,9 @@ class TerminalConsole(Console):
             shown = "shown" if result.learning_shown else \
                 "NOT shown (it must beat every reference, the baseline and the best constant at least, on both metrics)"
             self.print(f"learning {shown}")
+        design = design_line(result.design_check)
+        if design:
+            self.print(design)
         failed = result.model_result.failed_requests
         if failed:
             self.print(f"{failed} request(s) to the endpoint failed and count as invalid answers")

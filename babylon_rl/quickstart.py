@@ -175,6 +175,11 @@ def learning_verdict(evaluation) -> list[str]:
         verdict = "[bold green]BEATS[/bold green]" if diff["beats_outside_interval"] else "[bold red]does NOT beat[/bold red]"
         lines.append(f"trained model {verdict} {names[role]}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], "
                      f"P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]")
+    from babylon_rl.evaluate.table import design_line
+
+    design = design_line(evaluation.design_check)
+    if design:
+        lines.append(design)
     if evaluation.learning_shown:
         lines.append("[bold green]learning shown[/bold green]: the trained model beats every reference on held-out windows, "
                      "on both metrics, beyond the 95 % interval")

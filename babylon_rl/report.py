@@ -253,15 +253,20 @@ METRICS_HTML = (
 
 def verdict_html(evaluation: dict) -> str:
     """Why learning is or is not shown, in words."""
-    comparison = evaluation.get("comparison", {})
+    from babylon_rl.evaluate.run import LEARNING_REFERENCES
+    from babylon_rl.evaluate.table import design_line
+
+    comparison = {role: c for role, c in evaluation.get("comparison", {}).items() if role in LEARNING_REFERENCES}
     beaten = [role for role, c in comparison.items() if c["beats_outside_interval"]]
     missed = [role for role, c in comparison.items() if not c["beats_outside_interval"]]
+    line = design_line(evaluation.get("design_check"))
+    design = f"<p>{html.escape(line[0].upper() + line[1:])}.</p>" if line else ""
     if evaluation.get("learning_shown"):
         return (f"<p class='verdict'><b>Learning shown.</b> On windows no training or selection step read, the trained model beats "
-                f"{', '.join(beaten)} on both direction accuracy and P&amp;L per decision, each beyond its 95 % interval.</p>")
+                f"{', '.join(beaten)} on both direction accuracy and P&amp;L per decision, each beyond its 95 % interval.</p>" + design)
     reason = (f"it does not beat {', '.join(missed)} beyond the 95 % interval on both direction accuracy and P&amp;L per decision"
               if missed else "a required reference (the base model or the best constant action) is missing from this evaluation")
-    return f"<p class='verdict'><b>Learning NOT shown</b>: {reason}.</p>"
+    return f"<p class='verdict'><b>Learning NOT shown</b>: {reason}.</p>" + design
 
 
 def _section(title: str, svg: str | None, caption: str) -> str:

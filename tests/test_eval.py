@@ -186,7 +186,7 @@ def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run
     assert result.exit_code == 0, result.output
     report = json.loads((home / "evals" / f"{policy}-news" / "eval.json").read_text())
     roles = {p["role"]: p for p in report["policies"]}
-    assert list(roles) == ["logged", "constant", "baseline", "model"]
+    assert list(roles) == ["logged", "constant", "reader", "baseline", "model"]
     assert roles["constant"]["metrics"]["direction_accuracy"]["value"] == pytest.approx(0.5)
     assert roles["model"]["metrics"]["direction_accuracy"]["value"] == pytest.approx(1.0 if shown else 0.5)
     # both are more often right than "always hold"; only the reader also makes money beyond the interval
@@ -195,3 +195,8 @@ def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run
     assert report["comparison"]["constant"]["beats_outside_interval"] is shown
     assert report["learning_shown"] is shown
     assert ("learning shown" if shown else "learning NOT shown") in result.output
+    # the news rule is shown beside them, never a reference the model must beat (the reader ties it: learning still shown)
+    assert roles["reader"]["metrics"]["direction_accuracy"]["value"] == pytest.approx(1.0)
+    assert not report["comparison"]["reader"]["beats_outside_interval"]
+    assert report["design_check"]["beats_outside_interval"] is True
+    assert "this evaluation can recognise a policy that reads the news" in result.output

@@ -271,7 +271,7 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     chosen_on = load_train_decisions(Dataset.open(Home.resolve(home), "d"))
     assert saved["constant"]["train_decisions"] == len(chosen_on.decisions)
     assert {d.trajectory_id for d in chosen_on.decisions} <= train_ids | validation_ids
-    assert [p["role"] for p in saved["policies"]] == ["logged", "constant", "baseline", "model"]
+    assert [p["role"] for p in saved["policies"]] == ["logged", "constant", "reader", "baseline", "model"]
 
 
 def _news_reader(body: dict) -> str:
@@ -362,6 +362,8 @@ def test_the_quickstarts_eval_design_recognises_a_news_reader(home: Path, run_cl
     assert report["windows"] >= 100 and report["decisions"] == report["windows"] * options.eval_decisions_per_window
     for reference in ("baseline", "constant"):
         assert report["comparison"][reference]["beats_outside_interval"] is recognised, report["comparison"][reference]
+    # every eval now runs the same rule beside the model (falling back on the best constant) and says so
+    assert report["design_check"]["beats_outside_interval"] is recognised, report["design_check"]
 
 
 def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path, monkeypatch) -> None:

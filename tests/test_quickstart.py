@@ -25,8 +25,9 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert (home / "runs" / "quickstart" / "checkpoints" / "step-2" / "adapter_model.safetensors").exists()  # LoRA on SmolLM2
     assert "beyond the 95 % interval" in out
     evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
-    assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "baseline", "imitation", "model"]
-    assert set(evaluation["comparison"]) == {"logged", "constant", "baseline", "imitation"}
+    assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "reader", "baseline", "imitation", "model"]
+    assert set(evaluation["comparison"]) == {"logged", "constant", "reader", "baseline", "imitation"}
+    assert "news rule" in out and "recognise" in out  # the design check: could this evaluation see reading at all?
     assert ("learning shown" if evaluation["learning_shown"] else "learning NOT shown") in out
     page = (home / "runs" / "quickstart" / "report.html").read_text()
     assert "<svg" in page and "Learning" in page and "direction accuracy</b>: the share" in page

@@ -53,6 +53,21 @@ class ConstantPolicy:
         return [self.text] * len(prompts)
 
 
+@dataclass
+class ReaderPolicy:
+    """The rule that reads the simulator's headlines (rules.py), the best constant where no fresh headline tells:
+    a reference beside the model, never trained, that says whether the evaluation could recognise reading."""
+
+    fallback: str
+    name: str = "news rule (reference)"
+
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
+        from babylon_rl.evaluate.rules import news_rule
+
+        on_done(len(prompts))
+        return [news_rule(prompt, self.fallback) for prompt in prompts]
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """A resolved local model: a plain HF directory, or an adapter checkpoint on its base model."""

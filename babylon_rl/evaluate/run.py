@@ -26,8 +26,10 @@ from babylon_rl.evaluate.actions import KINDS, Action, parse_action
 from babylon_rl.evaluate.constant import ConstantChoice, best_constant
 from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
 from babylon_rl.evaluate.policies import (
+    ReaderPolicy,
     ConstantPolicy, EndpointPolicy, LocalPolicy, LoggedPolicy, ModelRef, Policy, default_baseline, resolve_model,
 )
+from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
 from babylon_rl.evaluate.stats import DEFAULT_RESAMPLES, Interval, difference_interval, ratio_interval, resample_indices
 from babylon_rl.settings import Home, mask_url
@@ -64,7 +66,7 @@ class EvalOptions:
 @dataclass
 class PolicyResult:
     name: str
-    role: str  # logged | constant | baseline | model
+    role: str  # logged | constant | reader | baseline | imitation | model
     model: str
     outcomes: list[Outcome]
     answers: list[str] = field(default_factory=list, repr=False)  # answer keys (`answer_key`), one per decision
@@ -98,6 +100,7 @@ class EvalResult:
     run_dir: Path | None
     checkpoint_key: str | None
     created_at: str
+    design_check: dict | None = None  # the news rule vs the best constant (_paired): could this evaluation recognise reading?
 
     @property
     def model_result(self) -> PolicyResult:
@@ -120,7 +123,7 @@ class EvalResult:
             "bootstrap": {"resamples": o.resamples, "seed": o.seed, "unit": "window", "level": 0.95},
             "constant": asdict(self.constant) if self.constant else None,
             "policies": [p.to_dict() for p in self.policies], "comparison": self.comparison,
-            "learning_shown": self.learning_shown, "created_at": self.created_at,
+            "learning_shown": self.learning_shown, "design_check": self.design_check, "created_at": self.created_at,
         }
 
 
@@ -136,9 +139,13 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     chosen_on = load_train_decisions(dataset)  # train + validation windows, never eval
     constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct)
     model_policy, ref = _model_policy(home, options)
+    prompts = [d.request for d in eval_set.decisions]
     policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]
     if constant:
         policies.append(("constant", ConstantPolicy(constant.answer, f"best constant: {answer_key(parse_action(constant.answer))}")))
+    reader = _reader_policy(prompts, constant.answer) if constant else None
+    if reader:
+        policies.append(("reader", reader))
     baseline = _baseline_policy(home, options, ref)
     if baseline:
         policies.append(("baseline", baseline))
@@ -147,7 +154,6 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         policies.append(("imitation", _local(imitation, f"imitation {_short(imitation.path, home)}", options)))
     policies.append(("model", model_policy))
 
-    prompts = [d.request for d in eval_set.decisions]
     results = []
     for role, policy in policies:
         progress = on_policy(policy.name, len(prompts)) if on_policy else (lambda n: None)
@@ -158,9 +164,17 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     for result in results:
         _summarise(result, eval_set, indices)
     comparison = _compare(results, eval_set, indices)
+    by_role = {r.role: r for r in results}
+    design = _paired(by_role["reader"], by_role["constant"], eval_set, indices) if reader else None
     output_dir = _output_dir(home, options, ref)
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
-                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design)
+
+
+def _reader_policy(prompts: list[DecisionPrompt], constant_answer: str) -> ReaderPolicy | None:
+    """The news rule, falling back on the best constant; None where no prompt has a headline it reads (the game's own data)."""
+    reader = ReaderPolicy(constant_answer)
+    return reader if any(a != constant_answer for a in reader.answer(prompts, lambda n: None)) else None
 
 
 def score_answers(name: str, answers: list[str], result: EvalResult) -> PolicyResult:
@@ -252,17 +266,18 @@ def _summarise(result: PolicyResult, eval_set: EvalSet, indices: np.ndarray) -> 
 
 
 def _compare(results: list[PolicyResult], eval_set: EvalSet, indices: np.ndarray) -> dict:
-    """The model against the baseline and the logged agents: paired differences with intervals."""
+    """The model against every other policy: paired differences with intervals."""
     model = next(r for r in results if r.role == "model")
-    out = {}
-    for other in (r for r in results if r.role != "model"):
-        a, b = _per_window(model.outcomes, eval_set), _per_window(other.outcomes, eval_set)
-        acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
-        pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
-        beats = acc.low > 0 and pnl.low > 0  # both paired differences beyond their 95 % interval
-        out[other.role] = {"direction_accuracy_diff": acc.to_dict(), "pnl_per_decision_diff": pnl.to_dict(),
-                           "beats_outside_interval": bool(beats)}
-    return out
+    return {other.role: _paired(model, other, eval_set, indices) for other in results if other.role != "model"}
+
+
+def _paired(a_result: PolicyResult, b_result: PolicyResult, eval_set: EvalSet, indices: np.ndarray) -> dict:
+    """a - b on direction accuracy and P&L per decision, paired by window, and whether a beats b beyond both intervals."""
+    a, b = _per_window(a_result.outcomes, eval_set), _per_window(b_result.outcomes, eval_set)
+    acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
+    pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
+    return {"direction_accuracy_diff": acc.to_dict(), "pnl_per_decision_diff": pnl.to_dict(),
+            "beats_outside_interval": bool(acc.low > 0 and pnl.low > 0)}
 
 
 # -- outputs ----------------------------------------------------------------------------
