@@ -68,6 +68,8 @@ class ProdUpdate:
     built_until: datetime  # the models' last cron tick: SQLMesh computes no window starting at or after it
     restated_windows: int = 0  # windows computed again: the dirty ones, or every window with data when whole_history
     whole_history: bool = False  # every day with data was recomputed (new model versions, a full snapshot)
+    changed_only: bool = False  # whole_history for the models with new versions and what reads them, not every model
+    restated_models: list[str] = field(default_factory=list)  # whole_history's models and what reads them (schema.name)
 
 
 @dataclass
@@ -77,6 +79,8 @@ class BuildResult:
     restate_range: tuple[datetime, datetime] | None
     whole_history: bool = False
     models_changed: bool = False
+    changed_only: bool = False  # the whole history recomputed for the changed models and what reads them only
+    restated_models: list[str] = field(default_factory=list)
     pending_windows: int = 0  # changed windows starting at or after built_until, left for a later build
     built_until: datetime | None = None
     models: dict[str, str] = field(default_factory=dict)
@@ -306,8 +310,9 @@ def apply_models(context, home: Home, dirty: list[datetime], window_hours: int =
     SQLMesh would backfill every interval from the models' configured start, batch by
     batch, although the game's data begins later. So the plan records missing intervals as
     processed without computing them (`empty_backfill`), and the toolkit computes what
-    holds data: every day with data when a model version is new (the first build, or a
-    changed model), otherwise the windows whose raw rows changed (`_recompute_windows`).
+    holds data: every day with data for the models with a new table version and those that
+    read them (the first build: all; a changed mart: that mart and its dependents), and for
+    every model the windows whose raw rows changed (`_recompute_windows`).
     With the models unchanged and nothing dirty, SQLMesh is not asked to do anything.
     """
     from sqlmesh.utils.errors import SQLMeshError
@@ -339,7 +344,8 @@ def _last_cron_tick(context) -> datetime:
 def plan_prod(context, dirty: list[datetime], window_hours: int, data_days: tuple[datetime, datetime] | None,
               recorded: dict[str, tuple[str, str]] | None = None, **plan_options) -> ProdUpdate:
     """Apply prod on any gateway: missing intervals recorded empty, then the days with data restated
-    (new table versions, or every window marked dirty) or else the dirty windows recomputed.
+    for the models with new table versions (every model after a full snapshot), and the dirty
+    windows recomputed for the others.
 
     Table versions are new when they differ from `recorded`, those of the last finished build
     (default: prod's before this plan): a build stopped after its plan put new, empty tables
@@ -358,17 +364,31 @@ def plan_prod(context, dirty: list[datetime], window_hours: int, data_days: tupl
     new_versions = {name: v for name, (_, v) in was.items()} != {name: v for name, (_, v) in after.items()}
     due = [window for window in dirty if window < horizon]  # SQLMesh would compute nothing for the others
     restate = None
-    whole_history = data_days is not None and (new_versions or EPOCH in due)
+    # A full snapshot recomputes every model; a new table version only its model (SQLMesh
+    # restates what depends on a restated model too): a changed mart does not recompute staging.
+    versioned = {name for name, (_, version) in after.items() if was.get(name, ("", ""))[1] != version}
+    incremental = _incremental_models(context)
+    restate_models = [m for m in incremental if EPOCH in due or m in versioned]
+    whole_history = data_days is not None and bool(restate_models)
+    changed_only = whole_history and restate_models != incremental
     if whole_history:
         restate = (data_days[0], min(data_days[1], horizon))
-        context.plan("prod", restate_models=_incremental_models(context), start=restate[0], end=restate[1], **plan_options)
-    elif data_days is not None and due:
-        restate = _recompute_windows(context, due, window_hours)
+        context.plan("prod", restate_models=restate_models, start=restate[0], end=restate[1], **plan_options)
+    if data_days is not None and due and (changed_only or not whole_history):  # the other models need the new rows too
+        recomputed = _recompute_windows(context, due, window_hours)
+        restate = restate or recomputed
     if models_changed or new_versions:
         # Drop table versions no environment uses any more, so the warehouse does not grow with every model change.
         context.run_janitor(ignore_ttl=True)
-    return ProdUpdate(models_changed, restate, after, built_until=horizon,
-                      restated_windows=len(due) if restate else 0, whole_history=whole_history)
+    return ProdUpdate(models_changed, restate, after, built_until=horizon, restated_windows=len(due) if restate else 0,
+                      whole_history=whole_history, changed_only=changed_only,
+                      restated_models=_with_dependents(context, restate_models) if whole_history else [])
+
+
+def _with_dependents(context, models: list[str]) -> list[str]:
+    """The models and every model downstream of them (what SQLMesh restates with them), as schema.name."""
+    found = set(models) | {d for m in models for d in context.dag.downstream(m)}
+    return sorted(name.replace('"', "").split(".", 1)[-1] for name in found)
 
 
 def _recompute_windows(context, windows: list[datetime], window_hours: int) -> tuple[datetime, datetime]:
@@ -492,6 +512,8 @@ class Builder:
             restate_range=update.restate_range,
             whole_history=update.whole_history,
             models_changed=update.models_changed,
+            changed_only=update.changed_only,
+            restated_models=update.restated_models,
             pending_windows=pending_windows,
             built_until=update.built_until,
             models={name: version for name, (_, version) in update.versions.items()},

@@ -116,6 +116,8 @@ class TerminalConsole(Console):
         if result.restate_range:
             start, end = result.restate_range
             what = "computed all {} window(s) with data" if result.whole_history else "restated {} changed window(s)"
+            if result.changed_only:
+                what = f"computed the changed models and what reads them ({', '.join(result.restated_models)}) over all {{}} window(s) with data"
             self.print(f"{what.format(result.restated_windows)} between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M}")
         if result.pending_windows:
             self.print(

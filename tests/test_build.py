@@ -309,6 +309,27 @@ def test_changed_windows_far_apart_are_recomputed_alone(run_cli, home: Path) -> 
     assert _warehouse(home, "SELECT max(pnl) FROM babylon.agent_window_pnl WHERE window_id = '2025-01-15T02:00'")[0][0] != 999
 
 
+def test_a_changed_mart_recomputes_that_mart_and_what_reads_it_not_staging(run_cli, home: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Editing agent_window_pnl recomputes it and the marts that read it over the whole history, never the staging
+    models that parse stepsJson; a window with new rows in the same build is still recomputed for every model."""
+    project = _copy_project(tmp_path, monkeypatch)
+    assert run_cli("simulate", "--agents", "3", "--windows", "4", "--start", START, "--target", "duckdb").exit_code == 0
+    assert run_cli("build").exit_code == 0
+    mart = project / "models" / "marts" / "agent_window_pnl.sql"
+    mart.write_text(mart.read_text().replace("wins::INT AS wins", "(wins * 1)::INT AS wins"))
+    late = run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T02:00", "--seed", "2", "--target", "duckdb")
+    assert late.exit_code == 0, late.output
+
+    result = run_cli("build")
+    assert result.exit_code == 0, result.output
+    assert ("computed the changed models and what reads them (babylon.agent_window_pnl, babylon.training_samples, "
+            "babylon.windows) over all 4 window(s) with data") in result.output, result.output
+    # the late window's rows reached the marts: staging computed them for that window
+    assert _warehouse(home, "SELECT window_id, trajectories FROM babylon.windows ORDER BY 1") == [
+        ("2025-01-15T00:00", 3), ("2025-01-15T01:00", 3), ("2025-01-15T02:00", 6), ("2025-01-15T03:00", 3)]
+
+
 def test_a_model_failing_on_a_changed_window_is_named_and_the_window_stays_dirty(run_cli, home: Path) -> None:
     """Late rows are recomputed by `sqlmesh run`, which reports a failed model instead of raising."""
     window = "2025-01-15T00:00"
