@@ -214,6 +214,26 @@ def test_window_pinning_and_time_range(run_cli, home: Path, mixed: pl.DataFrame)
     assert set(pl.concat([train, ev])["window_id"]) == {f.window_id(datetime(2025, 1, 15, h)) for h in (16, 17, 18, 19)}
 
 
+def test_chats_larger_than_duckdbs_memory_limit_are_fetched(run_cli, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept chats stream out of DuckDB and are put in order by Polars: at 100k, a dataset of every window ran out
+    of the warehouse's 1 GB limit sorting them in DuckDB. Here 37 MB of chats (20,000) against a 48 MB limit: the join and sort in DuckDB needed over 64 MB."""
+    samples = f.sample_rows(f.hourly(200, 100))
+    conn = warehouse.connect(Home.resolve(home))
+    try:
+        f.create_marts(conn, samples)
+    finally:
+        conn.close()
+    assert samples["messages"].str.len_bytes().sum() > 20 * 2**20
+    monkeypatch.setitem(warehouse.OFFLINE_CONFIG, "memory_limit", "48MB")
+
+    ok(run_cli("dataset", "build", "--name", "big", "--target-trajectories", "100000", "--max-group-size", "100"))
+    _, before_eval, ev = load(home, "big")
+    written = pl.concat([before_eval, ev]).select("trajectory_id", "messages")
+    expected = samples.select("trajectory_id", "messages").join(written, on="trajectory_id", how="inner", suffix="_written")
+    assert expected.height == written.height > 15_000  # every kept row found its own chat
+    assert (expected["messages"] == expected["messages_written"]).all()
+
+
 def test_multiple_trajectories_per_agent_keep_distinct_agents(home: Path) -> None:
     specs = f.hourly(3, 5)
     for spec in specs:

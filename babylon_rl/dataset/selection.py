@@ -115,25 +115,31 @@ def load_candidates(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> Can
     return Candidates(frame=frame, anchor=anchor)
 
 
+FETCH_BATCH_ROWS = 2048  # chats per Arrow batch streamed out of DuckDB
+
+
 def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -> pl.Series:
-    """The messages of the kept trajectories, in the order given: one join, not one query per row."""
-    kept = pl.DataFrame({"ord": pl.arange(0, trajectory_ids.len(), eager=True), "trajectory_id": trajectory_ids})
+    """The messages of the kept trajectories, in the order given: one semi-join, not one query per row.
+
+    The kept ids are the semi-join's build side; the mart's chats only stream past it and out of DuckDB
+    in Arrow batches, and Polars puts them in order. Joining or sorting the chats inside DuckDB held
+    all of them (GBs at 100k trajectories) under the warehouse's memory limit, and ran out of it."""
+    kept = pl.DataFrame({"trajectory_id": trajectory_ids})
     conn.register("kept_rows", kept.to_arrow())
     try:
         # Messages of many trajectories can exceed 2 GiB: Arrow large string buffers.
         conn.execute("SET arrow_large_buffer_size = true")
-        # IN (subquery) makes the few kept ids the hash-join build side; the mart's messages only stream past.
-        fetched = conn.execute(
-            """WITH kept_messages AS (
-                   SELECT trajectory_id, messages FROM babylon.training_samples
-                   WHERE trajectory_id IN (SELECT trajectory_id FROM kept_rows)
-               )
-               SELECT m.messages FROM kept_rows AS k JOIN kept_messages AS m USING (trajectory_id)
-               ORDER BY k.ord"""
-        ).pl()
+        conn.execute("SET preserve_insertion_order = false")
+        stream = conn.sql(
+            """SELECT trajectory_id, messages FROM babylon.training_samples
+               WHERE trajectory_id IN (SELECT trajectory_id FROM kept_rows)"""
+        ).to_arrow_reader(FETCH_BATCH_ROWS)
+        fetched = pl.from_arrow(stream.read_all())
     finally:
         conn.unregister("kept_rows")
-    return fetched["messages"].cast(pl.String())
+    in_order = kept.join(fetched.with_columns(pl.col("trajectory_id").cast(pl.String())), on="trajectory_id", how="left",
+                         maintain_order="left")
+    return in_order["messages"].cast(pl.String())
 
 
 def fetch_contexts(conn: duckdb.DuckDBPyConnection, window_ids: pl.Series) -> pl.DataFrame:
