@@ -55,16 +55,19 @@ def trajectory_window(alias: str = "") -> str:
 class RawTable:
     name: str
     columns: tuple[tuple[str, str], ...]  # (column, DuckDB type)
-    primary_key: str
+    primary_key: str  # unique in the game's table; kept unique here by the snapshot's upsert and the simulator's check
     watermark: str  # the column whose growth marks new or changed rows
 
     @property
     def column_names(self) -> list[str]:
         return [name for name, _ in self.columns]
 
-    def ddl(self, schema: str = "raw") -> str:
+    def ddl(self, schema: str = "raw", replace: bool = False) -> str:
+        """The table without a PRIMARY KEY constraint: DuckDB's index behind one cost a 100k snapshot
+        12 s at its commit (1.4M keys; docs/BENCHMARKS.md), and nothing here looks rows up by it."""
         cols = ",\n    ".join(f'"{name}" {type_}' for name, type_ in self.columns)
-        return f'CREATE TABLE IF NOT EXISTS {schema}.{self.name} (\n    {cols},\n    PRIMARY KEY ("{self.primary_key}")\n)'
+        create = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
+        return f"{create} {schema}.{self.name} (\n    {cols}\n)"
 
 
 _TS = "TIMESTAMP"

@@ -301,7 +301,10 @@ def test_duckdb_runs_continue_after_the_newest_window(run_cli, home: Path) -> No
     assert again.exit_code == 2 and "already in" in again.output
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as conn:
         windows = [r[0] for r in conn.execute('SELECT DISTINCT "windowId" FROM raw.market_outcomes ORDER BY 1').fetchall()]
+        # raw.* has no primary key index: the refused window wrote nothing (the sink checks the seeded ids itself)
+        ids = conn.execute('SELECT count(*), count(DISTINCT "id") FROM raw.trajectories').fetchone()
     assert windows == ["2025-01-15T10:00", "2025-01-15T11:00", "2025-01-15T12:00"]
+    assert ids == (6, 6)
 
 
 def test_default_start_ends_the_history_now(run_cli, home: Path) -> None:

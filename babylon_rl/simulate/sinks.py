@@ -9,7 +9,6 @@ from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-import duckdb
 import psycopg
 import pyarrow as pa
 
@@ -19,6 +18,8 @@ from babylon_rl.settings import Home, mask_url
 from babylon_rl.simulate.trajectories import WindowRows
 
 TABLES = ("trajectories", "llm_call_logs", "market_outcomes")
+# A window simulated again with the same seed repeats these ids (the call logs' ids are their trajectory's and step's).
+SEEDED_ID_TABLES = ("trajectories", "market_outcomes")
 ARROW_TYPES = {
     "VARCHAR": pa.string(), "TIMESTAMP": pa.timestamp("ms"), "INTEGER": pa.int32(),
     "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
@@ -124,19 +125,25 @@ class DuckDBSink:
             for table in TABLES:
                 arrow = _arrow_table(table, [row + (now,) * _stamp_count(table) for row in _rows_of(batch, table)])
                 self.conn.register("_simulated", arrow)
+                if table in SEEDED_ID_TABLES:
+                    self._refuse_present_ids(table, batch)
                 self.conn.execute(f"INSERT INTO raw.{table} SELECT * FROM _simulated")
                 self.conn.unregister("_simulated")
             # Already-built intervals are not revisited by SQLMesh on their own: the next build restates these.
             warehouse.mark_windows_dirty(self.conn, [datetime.strptime(rows.window_id, "%Y-%m-%dT%H:%M") for rows in batch])
-        except BaseException as exc:
+        except BaseException:
             self.conn.execute("ROLLBACK")
-            if isinstance(exc, duckdb.ConstraintException):
-                raise DatabaseError(
-                    f"windows {batch[0].window_id} to {batch[-1].window_id} are already in {self.home.warehouse}; "
-                    "omit --start to continue after the newest window, or pick another --start or --seed"
-                ) from None
             raise
         self.conn.execute("COMMIT")
+
+    def _refuse_present_ids(self, table: str, batch: list[WindowRows]) -> None:
+        """raw.* has no primary key index (warehouse.RawTable.ddl): the ids a seed gives a window are checked here."""
+        present = self.conn.execute(f'SELECT 1 FROM raw.{table} WHERE "id" IN (SELECT "id" FROM _simulated) LIMIT 1').fetchone()
+        if present:
+            raise DatabaseError(
+                f"windows {batch[0].window_id} to {batch[-1].window_id} are already in {self.home.warehouse}; "
+                "omit --start to continue after the newest window, or pick another --start or --seed"
+            )
 
     def close(self) -> None:
         self.conn.close()
