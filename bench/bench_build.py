@@ -35,7 +35,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import click
 import psycopg
@@ -44,11 +44,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(home: Path, *args: str) -> tuple[float, int]:
-    """Run `cli.py --home HOME ARGS` under /usr/bin/time -v: (wall seconds, peak RSS in MB)."""
+def run_cli(home: Path, *args: str, cli: Path = ROOT / "cli.py") -> tuple[float, int, str]:
+    """Run `cli.py --home HOME ARGS` (this project's, or `cli`) under /usr/bin/time -v: (wall seconds, peak RSS in MB, stdout)."""
     began = time.perf_counter()
     proc = subprocess.run(
-        ["/usr/bin/time", "-v", sys.executable, str(ROOT / "cli.py"), "--home", str(home), *args],
+        ["/usr/bin/time", "-v", sys.executable, str(cli), "--home", str(home), *args],
         cwd=ROOT, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - began
@@ -58,7 +58,7 @@ def _run(home: Path, *args: str) -> tuple[float, int]:
         error = proc.stderr[:report_start] if report_start >= 0 else proc.stderr
         raise click.ClickException(f"cli.py {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{error[-2000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) // 1024
-    return seconds, rss
+    return seconds, rss, proc.stdout
 
 
 def _warehouse_value(home: Path, sql: str):
@@ -72,7 +72,7 @@ def _warehouse_value(home: Path, sql: str):
 
 
 @contextmanager
-def _fresh_database(admin_url: str) -> Iterator[str]:
+def fresh_database(admin_url: str) -> Iterator[str]:
     """A new, empty PostgreSQL database on admin_url's server, dropped afterwards."""
     name = f"brl_bench_build_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as admin:
@@ -86,7 +86,7 @@ def _fresh_database(admin_url: str) -> Iterator[str]:
 
 def _simulate(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, *start: str) -> None:
     target = "postgres" if source else "duckdb"
-    _run(home, *source, "simulate", "--agents", str(agents), "--windows", str(windows), "--target", target,
+    run_cli(home, *source, "simulate", "--agents", str(agents), "--windows", str(windows), "--target", target,
          "--dirt-rate", str(dirt_rate), *start)
 
 
@@ -94,7 +94,7 @@ def _current_hour() -> datetime:
     return datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
 
 
-def _history_start(windows: int) -> list[str]:
+def history_start(windows: int) -> list[str]:
     """`--start` for a history that ends two hours before the current one: the two windows
     simulated after it, one per incremental build, are then over, and a build computes them
     (none computes the window in play)."""
@@ -118,17 +118,17 @@ def _check_built(home: Path, window: datetime) -> None:
         raise click.ClickException(f"the incremental build did not build the new window {window:%Y-%m-%d %H:%M}")
 
 
-def _warm_incremental(home: Path, source: list[str], agents: int, dirt_rate: float) -> tuple[float, int]:
-    """`cli.py build --every` with one more window simulated between its two builds: the second
-    build's own seconds (as it reports them), and the process's peak RSS in MB."""
+def warm_incremental(home: Path, source: list[str], add_window: Callable[[], None]) -> tuple[float, int]:
+    """`cli.py build --every` with one more window added (`add_window`) between its two builds: the
+    second build's own seconds (as it reports them), and the process's peak RSS in MB."""
     command = ["/usr/bin/time", "-v", sys.executable, str(ROOT / "cli.py"), "--home", str(home), *source,
-               "build", "--every", "0.5", "--builds", "2"]
+               "build", "--every", "1", "--builds", "2"]  # a minute: the window added (simulated, stamped) lands before the second build
     builder = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     output = []
     for line in builder.stdout:
         output.append(line)
         if line.startswith("nothing to compute"):  # the first build: everything is built already
-            _simulate(home, source, agents, 1, dirt_rate)
+            add_window()
     stderr = builder.stderr.read()
     if builder.wait() != 0 or len(output) < 2:
         raise click.ClickException(f"cli.py build --every failed:\n{''.join(output)[-2000:]}\n{stderr[-2000:]}")
@@ -150,36 +150,38 @@ _GAME_TIME_STAMPS = {
 }
 
 
-def _stamp_game_time(url: str) -> None:
-    """Stamp the simulated rows with the game time they would have been written at. The
-    simulator stamps every row with the minute it wrote it, so a history simulated in a few
-    minutes would lie inside the snapshot's 10-minute safety margin and every later snapshot
-    would re-read all of it; a game's history is written over its whole life."""
+def stamp_game_time(url: str, written_since: datetime | None = None) -> None:
+    """Stamp the simulated rows (those written since `written_since`, else all) with the game
+    time they would have been written at. The simulator stamps every row with the minute it
+    wrote it, so a history simulated in a few minutes would lie inside the snapshot's 10-minute
+    safety margin and every later snapshot would re-read all of it; a game's history is
+    written over its whole life."""
+    where = ' WHERE "createdAt" >= %(since)s' if written_since else ""
     with psycopg.connect(url) as conn:
         for table, assignments in _GAME_TIME_STAMPS.items():
-            conn.execute(f'UPDATE "{table}" SET {assignments}')
+            conn.execute(f'UPDATE "{table}" SET {assignments}{where}', {"since": written_since})
         conn.commit()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")  # the UPDATE left a dead copy of every row behind
+        conn.execute("VACUUM ANALYZE")  # the UPDATE left a dead copy of every row it stamped behind
 
 
 def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, reuse: bool) -> None:
     if not reuse:
         shutil.rmtree(home, ignore_errors=True)
-        _simulate(home, source, agents, windows, dirt_rate, *_history_start(windows))
+        _simulate(home, source, agents, windows, dirt_rate, *history_start(windows))
         if source:
-            _stamp_game_time(source[1])
+            stamp_game_time(source[1])
     if source:
-        snap_s, snap_rss = _run(home, *source, "snapshot")
+        snap_s, snap_rss, _ = run_cli(home, *source, "snapshot")
         copied = json.loads(_warehouse_value(home, "SELECT tables_json FROM meta.snapshots ORDER BY started_at DESC LIMIT 1"))
         rows = sum(table["rows_copied"] for table in copied)
     trajectories = _warehouse_value(home, "SELECT COUNT(*) FROM raw.trajectories")
     next_windows = _next_windows(home)
-    full_s, full_rss = _run(home, *source, "build")
+    full_s, full_rss, _ = run_cli(home, *source, "build")
     _simulate(home, source, agents, 1, dirt_rate)
-    inc_s, inc_rss = _run(home, *source, "build")
+    inc_s, inc_rss, _ = run_cli(home, *source, "build")
     _check_built(home, next_windows[0])
-    warm_s, warm_rss = _warm_incremental(home, source, agents, dirt_rate)
+    warm_s, warm_rss = warm_incremental(home, source, lambda: _simulate(home, source, agents, 1, dirt_rate))
     _check_built(home, next_windows[1])
     click.echo(f"trajectories           {trajectories:,}")
     if source:
@@ -204,8 +206,8 @@ def main(agents: int, windows: int, dirt_rate: float, source: str, admin_url: st
         return
     if reuse:
         raise click.UsageError("--reuse needs --source duckdb: the PostgreSQL database is created for each run")
-    with _fresh_database(admin_url) as url:
-        _run(home_dir, "--database-url", url, "db", "migrate")
+    with fresh_database(admin_url) as url:
+        run_cli(home_dir, "--database-url", url, "db", "migrate")
         _bench(home_dir, ["--database-url", url], agents, windows, dirt_rate, reuse=False)
 
 
