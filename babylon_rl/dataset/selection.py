@@ -136,6 +136,7 @@ def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -
         ).to_arrow_reader(FETCH_BATCH_ROWS)
         fetched = pl.from_arrow(stream.read_all())
     finally:
+        conn.execute("RESET preserve_insertion_order")  # the later queries on this connection keep their order
         conn.unregister("kept_rows")
     in_order = kept.join(fetched.with_columns(pl.col("trajectory_id").cast(pl.String())), on="trajectory_id", how="left",
                          maintain_order="left")
