@@ -163,6 +163,8 @@ def stamp_game_time(url: str, written_since: datetime | None = None) -> None:
         conn.commit()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")  # the UPDATE left a dead copy of every row it stamped behind
+        # and GBs of dirty pages, which PostgreSQL would write out during the timed steps that follow
+        conn.execute("CHECKPOINT")
 
 
 def _bench(home: Path, source: list[str], agents: int, windows: int, dirt_rate: float, reuse: bool) -> None:
