@@ -115,14 +115,11 @@ def load_candidates(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> Can
     return Candidates(frame=frame, anchor=anchor)
 
 
-FETCH_BATCH_ROWS = 2048  # chats per Arrow batch streamed out of DuckDB
-
-
 def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -> pl.Series:
     """The messages of the kept trajectories, in the order given: one semi-join, not one query per row.
 
-    The kept ids are the semi-join's build side; the mart's chats only stream past it and out of DuckDB
-    in Arrow batches, and Polars puts them in order. Joining or sorting the chats inside DuckDB held
+    The kept ids are the semi-join's build side; the mart's chats only stream past it and out of DuckDB,
+    and Polars puts them in order. Joining or sorting the chats inside DuckDB held
     all of them (GBs at 100k trajectories) under the warehouse's memory limit, and ran out of it."""
     kept = pl.DataFrame({"trajectory_id": trajectory_ids})
     conn.register("kept_rows", kept.to_arrow())
@@ -130,11 +127,10 @@ def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -
         # Messages of many trajectories can exceed 2 GiB: Arrow large string buffers.
         conn.execute("SET arrow_large_buffer_size = true")
         conn.execute("SET preserve_insertion_order = false")
-        stream = conn.sql(
+        fetched = conn.execute(
             """SELECT trajectory_id, messages FROM babylon.training_samples
                WHERE trajectory_id IN (SELECT trajectory_id FROM kept_rows)"""
-        ).to_arrow_reader(FETCH_BATCH_ROWS)
-        fetched = pl.from_arrow(stream.read_all())
+        ).pl()
     finally:
         conn.execute("RESET preserve_insertion_order")  # the later queries on this connection keep their order
         conn.unregister("kept_rows")
