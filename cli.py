@@ -87,19 +87,25 @@ def db_status(obj: BabylonContext) -> None:
 
 @cli.command()
 @click.option("--full", is_flag=True, help="Re-copy every row instead of only rows past the last watermark.")
+@click.option("--format", "format_", type=click.Choice(["duckdb", "parquet"]), default="duckdb", show_default=True,
+              help="parquet: also write the tables as a Parquet lake, HOME/lake/TABLE/day=YYYY-MM-DD/ (changed days only).")
 @click.pass_obj
 @error_handler
-def snapshot(obj: BabylonContext, full: bool) -> None:
+def snapshot(obj: BabylonContext, full: bool, format_: str) -> None:
     """Copy the game tables from PostgreSQL into the warehouse's raw schema.
 
     \b
     Incremental: only rows changed since the last snapshot (minus a safety margin)
-    are copied and upserted on their primary key.
+    are copied and upserted on their primary key. With --format parquet the
+    tables are also written as Parquet partitioned by window day, for DuckDB,
+    Polars or Spark; without a database URL, from the warehouse alone.
     \b
-    Example:
+    Examples:
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon snapshot
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon snapshot --format parquet
+      python cli.py simulate --windows 48 && python cli.py snapshot --format parquet
     """
-    obj.snapshot(full=full)
+    obj.snapshot(full=full, format=format_)
 
 
 @cli.command()

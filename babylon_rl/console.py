@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.readiness import Readiness
     from babylon_rl.simulate import SimulationSummary
+    from babylon_rl.lake import LakeResult
     from babylon_rl.snapshot import SnapshotResult
     from babylon_rl.train.loop import TrainResult
 
@@ -84,6 +85,17 @@ class TerminalConsole(Console):
                     f"[yellow]warning:[/] {copy.future_rows:,} row(s) of {copy.table} are stamped after the source's clock; "
                     "the watermark is capped at the source's now(), so later rows are still copied; they are listed in "
                     "meta.future_rows: check the game's clock")
+
+    def lake_written(self, result: LakeResult) -> None:
+        if not result.rows:
+            self.print(f"lake {result.path} is up to date: no day changed since it was written ({result.seconds:.1f}s)")
+            return
+        what = "the whole lake" if result.full else "the changed days"
+        days = f"{len(result.days)} day partition(s)"
+        if result.days:
+            days += f", {result.days[0]}" + (f" .. {result.days[-1]}" if len(result.days) > 1 else "")
+        rows = ", ".join(f"{table} {count:,}" for table, count in result.rows.items())
+        self.print(f"wrote {what} to {result.path}: {days}; rows {rows} ({result.seconds:.1f}s)")
 
     def build_started(self, number: int, at: datetime) -> None:
         self.print(f"build {number} at {at:%Y-%m-%d %H:%M:%S} UTC")

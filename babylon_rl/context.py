@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from babylon_rl import build, readiness, snapshot
+from babylon_rl import build, lake, readiness, snapshot
 from babylon_rl.console import TerminalConsole
 from babylon_rl.errors import BabylonError, ConfigError, DatasetError
 from babylon_rl.settings import Home, mask_url, require_database_url, resolve_database_url
@@ -65,13 +65,21 @@ class BabylonContext:
         return states
 
     # -- warehouse --------------------------------------------------------------------
-    def snapshot(self, full: bool = False) -> snapshot.SnapshotResult:
-        url = require_database_url(self.database_url)
-        started = build.utcnow()
-        with self.console.status(f"copying {mask_url(url)} into {self.home.warehouse}"):
-            result = snapshot.run_snapshot(self.home, url, full=full)
-            build.forget_dirty_windows(self.home, marked_since=started)
-        self.console.snapshot_done(result)
+    def snapshot(self, full: bool = False, format: str = "duckdb") -> snapshot.SnapshotResult | None:
+        """Copy the game into the warehouse; with format "parquet", then bring the lake up to date (lake.py).
+        Without a database URL, "parquet" writes the lake from the warehouse alone (a simulated game)."""
+        result = None
+        if self.database_url or format != "parquet":
+            url = require_database_url(self.database_url)
+            started = build.utcnow()
+            with self.console.status(f"copying {mask_url(url)} into {self.home.warehouse}"):
+                result = snapshot.run_snapshot(self.home, url, full=full)
+                build.forget_dirty_windows(self.home, marked_since=started)
+            self.console.snapshot_done(result)
+        if format == "parquet":
+            with self.console.status(f"writing the lake {self.home.lake}"):
+                written = lake.write_lake(self.home, result.snapshot_id if result else None)
+            self.console.lake_written(written)
         return result
 
     def build(self, wait_seconds: float = 0, full_snapshot: bool = False,

@@ -72,6 +72,10 @@ class Home:
         return self.root / "exports"
 
     @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
     def build_lock(self) -> Path:
         return self.root / "build.lock"
 

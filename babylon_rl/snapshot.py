@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 
 import duckdb
 
-from babylon_rl import warehouse
+from babylon_rl import lake, warehouse
 from babylon_rl.errors import DatabaseError
 from babylon_rl.settings import Home, mask_url, scrub, url_password
 from babylon_rl.warehouse import RAW_TABLES, RawTable
@@ -199,11 +199,13 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
             rows = _copy_table(conn, table, since, full=result.full_copy)
             if not result.full_copy:
                 _mark_dirty(conn, table)
+                lake.mark_days(conn, table.name, "changed")
             new_mark = _new_watermark(conn, table, source_now)
             future = _list_future_rows(conn, table, source_now, result.snapshot_id)
             result.tables.append(TableCopy(table.name, rows, new_mark.isoformat() if new_mark else mark, future))
         if result.full_copy:
             conn.execute("INSERT INTO meta.dirty_windows SELECT 'epoch'::TIMESTAMP, now()::TIMESTAMP ON CONFLICT DO NOTHING")
+            lake.mark_everything(conn)
         result.dirty_windows = conn.execute("SELECT count(*) FROM meta.dirty_windows").fetchone()[0]
         conn.execute(
             "INSERT INTO meta.snapshots VALUES ($id, $started, now()::TIMESTAMP, $source, $full, $tables)",

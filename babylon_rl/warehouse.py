@@ -223,6 +223,13 @@ def create_meta_schema(conn: duckdb.DuckDBPyConnection) -> None:
             marked_at TIMESTAMP NOT NULL
         )"""
     )
+    # Days of the Parquet lake (lake.py) whose rows changed since it was last written; 1970-01-01: all.
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS meta.lake_days (
+            day DATE PRIMARY KEY,
+            marked_at TIMESTAMP NOT NULL
+        )"""
+    )
     conn.execute(
         """CREATE TABLE IF NOT EXISTS meta.model_versions (
             model VARCHAR PRIMARY KEY,
@@ -260,10 +267,13 @@ def refuse_half_built(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
 
 
 def mark_windows_dirty(conn: duckdb.DuckDBPyConnection, window_starts: list) -> None:
-    """Record windows whose raw rows were written outside a snapshot, so the next build restates them."""
+    """Record windows whose raw rows were written outside a snapshot, so the next build restates them
+    and the next lake write (lake.py) rewrites their days."""
     conn.executemany(
         "INSERT OR REPLACE INTO meta.dirty_windows VALUES (?, now()::TIMESTAMP)", [[start] for start in window_starts]
     )
+    conn.executemany("INSERT OR REPLACE INTO meta.lake_days VALUES (CAST(? AS DATE), now()::TIMESTAMP)",
+                     [[start] for start in window_starts])
 
 
 def load_postgres_scanner(conn: duckdb.DuckDBPyConnection, home: Home) -> None:
