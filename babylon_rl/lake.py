@@ -37,6 +37,7 @@ from pathlib import Path
 import duckdb
 
 from babylon_rl import atomic, warehouse
+from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import Home
 
 STATE_FILE = "_lake.json"
@@ -55,6 +56,12 @@ DAY_OF_ROWS = {
     "market_outcomes": f"""SELECT r.*, CAST(coalesce(try_strptime(r."windowId", '%Y-%m-%dT%H:%M'), r."createdAt") AS DATE) AS {PARTITION}
                            FROM {{rows}} r""",
 }
+# Within the warehouse's 1 GB memory limit at 100k trajectories (docs/BENCHMARKS.md): each thread and
+# each open partition buffers rows of stepsJson-sized text, and with two threads, or rows kept in
+# order, the partitioned COPY of raw.trajectories ran out of memory. One thread wrote it in 20.7 s.
+ROW_GROUP_ROWS = 8192
+WRITE_SETTINGS = ("SET threads = 1", "SET preserve_insertion_order = false",
+                  f"SET partitioned_write_flush_threshold = {ROW_GROUP_ROWS}", "SET partitioned_write_max_open_files = 32")
 UNPARTITIONED = tuple(t.name for t in warehouse.RAW_TABLES if t.name not in DAY_OF_ROWS)
 
 
@@ -83,6 +90,8 @@ def write_lake(home: Home, snapshot_id: str | None = None) -> LakeResult:
     started = time.monotonic()
     conn = warehouse.connect(home)
     try:
+        for setting in WRITE_SETTINGS:
+            conn.execute(setting)
         warehouse.create_raw_schema(conn)
         warehouse.create_meta_schema(conn)
         marked = [row[0] for row in conn.execute("SELECT day FROM meta.lake_days ORDER BY day").fetchall()]
@@ -98,6 +107,9 @@ def write_lake(home: Home, snapshot_id: str | None = None) -> LakeResult:
             result.rows = _write_days(conn, home.lake, marked)
             _write_state(home.lake, snapshot_id)
         conn.execute("DELETE FROM meta.lake_days")  # this connection holds the warehouse: no mark came in meanwhile
+    except (duckdb.Error, OSError) as exc:
+        raise WarehouseError(f"writing the lake {home.lake} failed: {exc}; the days not yet written are still "
+                             "marked, run it again") from None
     finally:
         conn.close()
     result.seconds = time.monotonic() - started
@@ -105,7 +117,9 @@ def write_lake(home: Home, snapshot_id: str | None = None) -> LakeResult:
 
 
 def _copy(conn: duckdb.DuckDBPyConnection, select: str, target: Path, partitioned: bool) -> int:
-    options = f"FORMAT parquet, PARTITION_BY ({PARTITION}), OVERWRITE_OR_IGNORE" if partitioned else "FORMAT parquet"
+    options = "FORMAT parquet"
+    if partitioned:
+        options += f", PARTITION_BY ({PARTITION}), OVERWRITE_OR_IGNORE"
     path = str(target).replace("'", "''")
     return conn.execute(f"COPY ({select}) TO '{path}' ({options})").fetchone()[0]
 

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from babylon_rl import lake
+from babylon_rl.errors import WarehouseError
 from babylon_rl.settings import Home
 from tests.game_rows import execute, insert, stock_outcome, trajectory
 
@@ -85,7 +86,7 @@ def test_a_write_that_fails_keeps_its_marks_and_the_next_one_finishes_it(run_cli
         raise OSError("disk full")
 
     monkeypatch.setattr(lake, "_replace_partition", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(WarehouseError, match="disk full"):
         lake.write_lake(Home.resolve(home))
     monkeypatch.undo()
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as conn:
