@@ -86,7 +86,7 @@ def db_status(obj: BabylonContext) -> None:
 
 
 @cli.command()
-@click.option("--full", is_flag=True, help="Re-copy every row instead of only rows past the last watermark.")
+@click.option("--full", is_flag=True, help="Re-copy every row instead of only rows past the last watermark (and rewrite the whole lake).")
 @click.option("--format", "format_", type=click.Choice(["duckdb", "parquet"]), default="duckdb", show_default=True,
               help="parquet: also write the tables as a Parquet lake, HOME/lake/TABLE/day=YYYY-MM-DD/ (changed days only).")
 @click.pass_obj

@@ -78,7 +78,7 @@ class BabylonContext:
             self.console.snapshot_done(result)
         if format == "parquet":
             with self.console.status(f"writing the lake {self.home.lake}"):
-                written = lake.write_lake(self.home, result.snapshot_id if result else None)
+                written = lake.write_lake(self.home, result.snapshot_id if result else None, full=full)
             self.console.lake_written(written)
         return result
 

@@ -85,8 +85,8 @@ def mark_everything(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute("INSERT OR REPLACE INTO meta.lake_days VALUES ($d, now()::TIMESTAMP)", {"d": EVERYTHING})
 
 
-def write_lake(home: Home, snapshot_id: str | None = None) -> LakeResult:
-    """Bring HOME/lake up to date with raw.*: the marked days, or everything (see the module docstring)."""
+def write_lake(home: Home, snapshot_id: str | None = None, full: bool = False) -> LakeResult:
+    """Bring HOME/lake up to date with raw.*: the marked days, or everything (`full`, or see the module docstring)."""
     started = time.monotonic()
     conn = warehouse.connect(home)
     try:
@@ -95,7 +95,7 @@ def write_lake(home: Home, snapshot_id: str | None = None) -> LakeResult:
         warehouse.create_raw_schema(conn)
         warehouse.create_meta_schema(conn)
         marked = [row[0] for row in conn.execute("SELECT day FROM meta.lake_days ORDER BY day").fetchall()]
-        full = EVERYTHING in marked or not (home.lake / STATE_FILE).exists()
+        full = full or EVERYTHING in marked or not (home.lake / STATE_FILE).exists()
         result = LakeResult(home.lake, full)
         if full:
             with atomic.directory(home.lake) as fresh:

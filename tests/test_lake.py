@@ -76,6 +76,10 @@ def test_a_later_write_rewrites_only_the_days_that_changed(run_cli, home: Path) 
         assert _lake_rows(home, table) == _raw_rows(home, table), table
     assert not [p for p in (home / "lake").iterdir() if p.name.startswith(".")]  # no scratch directory left
 
+    full = run_cli("snapshot", "--format", "parquet", "--full")  # without a database URL: the lake alone, whole
+    assert "wrote the whole lake" in full.output and "3 day partition(s)" in full.output
+    assert not set(_files(home).items()) & set(after.items())
+
 
 def test_a_write_that_fails_keeps_its_marks_and_the_next_one_finishes_it(run_cli, home: Path, monkeypatch) -> None:
     run_cli("simulate", "--agents", "4", "--windows", "3", "--seed", "3", "--start", "2025-01-15T00:00")
