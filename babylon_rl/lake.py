@@ -88,6 +88,9 @@ def mark_everything(conn: duckdb.DuckDBPyConnection) -> None:
 def write_lake(home: Home, snapshot_id: str | None = None, full: bool = False) -> LakeResult:
     """Bring HOME/lake up to date with raw.*: the marked days, or everything (`full`, or see the module docstring)."""
     started = time.monotonic()
+    if not home.warehouse.exists():
+        raise WarehouseError(f"no warehouse at {home.warehouse} to write the lake from: pass --database-url to snapshot "
+                             "the game, or run `python cli.py simulate` first")
     conn = warehouse.connect(home)
     try:
         for setting in WRITE_SETTINGS:

@@ -81,6 +81,15 @@ def test_a_later_write_rewrites_only_the_days_that_changed(run_cli, home: Path) 
     assert not set(_files(home).items()) & set(after.items())
 
 
+def test_without_a_warehouse_or_a_database_url_it_says_what_to_do(run_cli, home: Path) -> None:
+    result = run_cli("snapshot", "--format", "parquet")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"Error: no warehouse at {home / 'warehouse.duckdb'} to write the lake from: pass --database-url to snapshot "
+        "the game, or run `python cli.py simulate` first"]
+    assert not (home / "lake").exists() and not (home / "warehouse.duckdb").exists()
+
+
 def test_a_write_that_fails_keeps_its_marks_and_the_next_one_finishes_it(run_cli, home: Path, monkeypatch) -> None:
     run_cli("simulate", "--agents", "4", "--windows", "3", "--seed", "3", "--start", "2025-01-15T00:00")
     run_cli("snapshot", "--format", "parquet")
