@@ -182,15 +182,24 @@ def windows(obj: BabylonContext, lookback_hours: int, min_agents: int, as_of, as
               help="Where to write. Default: postgres when a database URL is given, else the DuckDB warehouse.")
 @click.option("--news-strength", type=float, default=1.0, show_default=True,
               help="How strongly headlines lead prices, 0-10; 0 = not at all (the control for learning claims: nothing to learn).")
+@click.option("--policy", metavar="MODEL", help="Also let agents play with this model: a model directory, a name in HOME/models, "
+              "a run (its latest checkpoint), or a served model's name with --base-url.")
+@click.option("--policy-agents", type=click.IntRange(min=0), default=None, help="How many agents play with --policy.  [default: 4]")
+@click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --policy (key: OPENAI_API_KEY).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where a local --policy runs.")
 @click.pass_obj
 @error_handler
 def simulate(obj: BabylonContext, **options) -> None:
     """Write a realistic, deterministic game history (trajectories, LLM calls, market outcomes).
 
+    With --policy, agents whose decisions come from the model play beside the personas, and
+    their rows are logged the same way (agent ids sim-policy-NNNN, the model as their calls' model).
+
     \b
     Examples:
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon simulate --agents 50 --windows 24 --seed 7
       python cli.py simulate --target duckdb --agents 8 --windows 6 --start 2025-01-15T10:00
+      python cli.py simulate --windows 6 --policy smollm2-135m --policy-agents 4
     """
     obj.simulate(**options)
 
@@ -503,6 +512,41 @@ def eval_command(obj: BabylonContext, **options) -> None:
     from babylon_rl.evaluate import EvalOptions
 
     obj.evaluate(EvalOptions(**options))
+
+
+@cli.command()
+@click.option("--model", required=True, help="The model that plays: a model directory, a name in HOME/models, a run (its latest "
+              "checkpoint), or a served model's name with --base-url.")
+@click.option("--against", help="The model it plays against. Default: its base model (the one it was trained from).")
+@click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving both models (key: OPENAI_API_KEY).")
+@click.option("--windows", type=click.IntRange(min=2), default=24, show_default=True, help="Simulated windows both models play.")
+@click.option("--agents", type=click.IntRange(min=1), default=10, show_default=True, help="Persona agents around them.")
+@click.option("--policy-agents", type=click.IntRange(min=1), default=4, show_default=True, help="Agents each model plays.")
+@click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=10, show_default=True, help="Decisions per agent per window.")
+@click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
+              help="How strongly headlines lead prices; 0: nothing to learn, no model should win.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The simulated history and the bootstrap.")
+@click.option("--resamples", type=click.IntRange(min=100), default=1000, show_default=True, help="Bootstrap resamples over windows.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound (greedy).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where local models run.")
+@click.pass_obj
+@error_handler
+def arena(obj: BabylonContext, **options) -> None:
+    """Let two models play the same simulated windows and compare what their agents made.
+
+    Both play as agents among the same personas, in the same prices and news; each lives with
+    its own trades. Prints each one's mean P&L per agent and window with a bootstrap interval
+    over windows, the difference between them and against every persona, and writes
+    HOME/arena/A-vs-B/arena.json. Nothing is written to the game's tables.
+
+    \b
+    Examples:
+      python cli.py arena --model quickstart --windows 24
+      python cli.py arena --model runs/qs/checkpoints/step_0012 --against smollm2-135m --news-strength 0
+    """
+    from babylon_rl.evaluate.arena import ArenaOptions
+
+    obj.arena(ArenaOptions(**options))
 
 
 @cli.command()

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from babylon_rl.dataset.export import ExportResult
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalResult
+    from babylon_rl.evaluate.arena import ArenaResult
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.readiness import Readiness
@@ -168,6 +169,9 @@ class TerminalConsole(Console):
             "llm calls": f"{summary.llm_calls:,}", "market outcomes": f"{summary.market_outcomes:,}",
             "seconds": f"{summary.seconds:.1f}", "trajectories/minute": f"{summary.trajectories_per_minute:,.0f}",
         }
+        if summary.policy_agents:
+            rows["policy agents"] = f"{summary.policy_agents} playing {summary.policy_model}"
+            rows["seconds/window"] = f"{summary.seconds_per_window:.2f}"
         for name, value in rows.items():
             table.add_row(name, value)
         self.print(table)
@@ -301,6 +305,31 @@ class TerminalConsole(Console):
         if failed:
             self.print(f"{failed} request(s) to the endpoint failed and count as invalid answers")
         self.print(f"wrote {json_path} and {csv_path}")
+
+
+    def arena_played(self, result: ArenaResult) -> None:
+        o = result.options
+        table = Table(title=f"arena: {o.windows} windows x {o.steps_per_window} decisions, {o.policy_agents} agents per model "
+                            f"among {o.agents} personas, seed {o.seed}, news strength {o.news_strength:g}")
+        for column in ("who", "mean window P&L per agent [95% CI]", "decisions", "failed", "s/window"):
+            table.add_column(column, justify="left" if column == "who" else "right")
+        for side in result.sides:
+            table.add_row(f"{side.role} {side.model}", _interval(side.mean), f"{side.decisions:,}",
+                          f"{side.actions.get('failed', 0.0):.0%}", f"{side.seconds_per_window:.2f}")
+        for persona, mean in result.personas.items():
+            table.add_row(f"persona {persona}", _interval(mean), "", "", "")
+        self.print(table)
+        for c in result.comparisons:
+            self.print(f"{c['a']} - {c['b']}: {_interval_dict(c['difference'])} per agent and window: {c['verdict']}")
+        self.print(f"wrote {result.path}")
+
+
+def _interval(interval) -> str:
+    return _interval_dict(interval.to_dict()) if interval else ""
+
+
+def _interval_dict(d: dict) -> str:
+    return f"{d['value']:+,.2f} [{d['low']:+,.2f}, {d['high']:+,.2f}]"
 
 
 def _window_table(frame: pl.DataFrame) -> Table:

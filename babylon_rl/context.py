@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from babylon_rl.dataset.params import BuildParams
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalOptions, EvalResult
+    from babylon_rl.evaluate.arena import ArenaOptions, ArenaResult
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.options import ScoreOptions
     from babylon_rl.judge.score import ScoreRun
@@ -143,22 +144,35 @@ class BabylonContext:
         dirt_rate: float = 0.02,
         target: str | None = None,
         news_strength: float = 1.0,
+        policy: str | None = None,
+        policy_agents: int | None = None,
+        base_url: str | None = None,
+        device: str = "auto",
     ) -> "SimulationSummary":
         from babylon_rl.simulate import SimulationConfig, open_sink, run_simulation
+        from babylon_rl.simulate.policy_play import open_player
 
+        if policy_agents is None:
+            policy_agents = 4 if policy else 0
         config = SimulationConfig(
             agents=agents, windows=windows, window_hours=window_hours, steps_per_window=steps_per_window,
             seed=seed, start=start, rich_share=rich_share, dirt_rate=dirt_rate, news_strength=news_strength,
+            policy_agents=policy_agents, policy_model=policy or "",
         ).validate()
         target = target or ("postgres" if self.database_url else "duckdb")
         if target not in ("postgres", "duckdb"):
             raise ConfigError(f"--target must be postgres or duckdb, not {target}")
         where = mask_url(require_database_url(self.database_url)) if target == "postgres" else str(self.home.warehouse)
+        player = None
+        if policy_agents:
+            with self.console.status(f"loading {policy}"):
+                player, model_id = open_player(self.home, policy, base_url, device, policy_agents)
+            config = replace(config, policy_model=model_id)
         started = build.utcnow()
         sink = open_sink(target, self.database_url, self.home)
         try:
             with self.console.counting("simulating", windows, "windows") as advance:
-                summary = run_simulation(config, sink, advance)
+                summary = run_simulation(config, sink, advance, player)
         finally:
             sink.close()
         if target == "duckdb":
@@ -303,6 +317,14 @@ class BabylonContext:
             rows = write_database(result, self.database_url)
             where = f"{result.run_dir.name}:{result.checkpoint_key}" if result.checkpoint_key else "no run checkpoint"
             self.console.print(f"trained_models: updated {rows} row(s) ({where}) on {mask_url(self.database_url)}")
+        return result
+
+    def arena(self, options: "ArenaOptions") -> "ArenaResult":
+        from babylon_rl.evaluate.arena import run_arena
+
+        with self.console.evaluating() as on_model:
+            result = run_arena(self.home, options, on_model)
+        self.console.arena_played(result)
         return result
 
     # -- report -------------------------------------------------------------------------

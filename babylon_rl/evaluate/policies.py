@@ -23,6 +23,16 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 Progress = Callable[[int], None]
 
 
+@dataclass(frozen=True)
+class Reply:
+    """One answer with what the game logs about its call (the simulator's policy agents)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: int
+
+
 class Policy(Protocol):
     name: str
 
@@ -103,7 +113,7 @@ def resolve_model(home: Home, value: str) -> ModelRef:
         raise ConfigError(f"{value} is not a model directory (no config.json or adapter_config.json)")
     raise ConfigError(
         f"model {value!r} is not a model directory, a model in {home.models} or a run with checkpoints in {home.runs}; "
-        "for an OpenAI-compatible endpoint pass --base-url URL (then --model is the served model's name)"
+        "for an OpenAI-compatible endpoint pass --base-url URL and the served model's name"
     )
 
 
@@ -165,6 +175,23 @@ class LocalPolicy:
         self._model, self._tokenizer = model, tokenizer
         return self
 
+    def replies(self, prompts: Sequence[DecisionPrompt]) -> list[Reply]:
+        """Greedy answers to one batch, the model kept loaded (the simulator asks at every step); the batch's time is
+        every answer's latency, as each agent waited for all of them."""
+        import time
+
+        from babylon_rl.policy import decode_answers, encode_prompts, sample_answers
+
+        if self._model is None:
+            self.load()
+        began = time.perf_counter()
+        batch = encode_prompts(self._tokenizer, list(prompts), self.device)
+        tokens, mask = sample_answers(self._model, self._tokenizer, batch, 1, self.max_new_tokens, 0.0)
+        texts = decode_answers(self._tokenizer, tokens, mask)
+        latency_ms = round((time.perf_counter() - began) * 1000)
+        return [Reply(text, int(p), int(c), latency_ms)
+                for text, p, c in zip(texts, batch.attention.sum(1).tolist(), mask.sum(1).tolist())]
+
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         """Load, answer, let go: an evaluation holds one model in memory at a time."""
         from babylon_rl.policy import greedy_answers
@@ -192,9 +219,12 @@ class EndpointPolicy:
     last_error: str = ""
 
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
+        return [reply.text for reply in self.replies(prompts, on_done)]
+
+    def replies(self, prompts: Sequence[DecisionPrompt], on_done: Progress = lambda n: None) -> list[Reply]:
         return asyncio.run(self._answer_all(prompts, on_done))
 
-    async def _answer_all(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
+    async def _answer_all(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[Reply]:
         import os
 
         from openai import AsyncOpenAI
@@ -202,30 +232,38 @@ class EndpointPolicy:
         client = AsyncOpenAI(base_url=self.base_url, api_key=os.environ.get("OPENAI_API_KEY") or "not-needed",
                              timeout=self.timeout, max_retries=self.max_retries)
         gate = asyncio.Semaphore(self.concurrency)
+        failures_before = self.failures
 
-        async def one(prompt: DecisionPrompt) -> str:
+        async def one(prompt: DecisionPrompt) -> Reply:
             async with gate:
-                text = await self._complete(client, prompt.messages)
+                reply = await self._complete(client, prompt.messages)
             on_done(1)
-            return text
+            return reply
 
         try:
             answers = await asyncio.gather(*(one(p) for p in prompts))
         finally:
             await client.close()
-        if prompts and self.failures == len(prompts):
+        if prompts and self.failures - failures_before == len(prompts):
             raise ConfigError(f"every request to {self.base_url} (model {self.model!r}) failed: {self.last_error}")
         return list(answers)
 
-    async def _complete(self, client, prompt: Sequence[dict]) -> str:
+    async def _complete(self, client, prompt: Sequence[dict]) -> Reply:
+        """The reply's text and token counts (0 where the server reports none); a failed request is an empty answer."""
+        import time
+
         import openai
 
+        began = time.perf_counter()
         try:
             reply = await client.chat.completions.create(
                 model=self.model, messages=list(prompt), temperature=0, max_tokens=self.max_new_tokens)
             content = reply.choices[0].message.content if reply.choices else None
-            return content if isinstance(content, str) else ""
+            text = content if isinstance(content, str) else ""
+            usage = reply.usage
         except (openai.APIError, ValueError, TypeError, AttributeError, IndexError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            return ""
+            text, usage = "", None
+        latency_ms = round((time.perf_counter() - began) * 1000)
+        return Reply(text, getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0, latency_ms)

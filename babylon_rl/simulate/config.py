@@ -50,6 +50,8 @@ class SimulationConfig:
     batch_windows: int = 10  # windows per write transaction
     personas: tuple[str, ...] = field(default=PERSONA_NAMES)
     news_strength: float = 1.0  # scales the drift a headline gives its stock; 0: headlines say nothing about prices
+    policy_agents: int = 0  # agents whose decisions come from a model (policy_play.py), beside the personas
+    policy_model: str = ""  # that model's id, logged as the model of their calls
 
     @property
     def dirt_rates(self) -> DirtRates:
@@ -74,6 +76,8 @@ class SimulationConfig:
             (set(self.personas) <= set(PERSONA_NAMES) and self.personas, f"personas must come from {PERSONA_NAMES}"),
             (self.batch_windows >= 1, "batch_windows must be at least 1"),
             (0.0 <= self.news_strength <= 10.0, f"--news-strength must be between 0 and 10, not {self.news_strength}"),
+            (self.policy_agents >= 0, "--policy-agents must not be negative"),
+            (not self.policy_agents or self.policy_model, "--policy-agents needs --policy MODEL (the model they play with)"),
         ]
         for ok, message in checks:
             if not ok:

@@ -18,7 +18,7 @@ EPOCH = datetime(1970, 1, 1)
 
 # Streams of the per-window generators; separate streams keep e.g. the dirt draws
 # from shifting the market when only --dirt-rate changes.
-STREAM_MARKET, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS = 0, 1, 2, 3
+STREAM_MARKET, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS, STREAM_POLICY = 0, 1, 2, 3, 4
 
 MINUTE_SIGMA = 0.0015  # ~1.2 % per hour of noise
 JUMP_PROB, JUMP_SIGMA = 0.004, 0.012

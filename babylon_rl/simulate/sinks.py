@@ -36,6 +36,24 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+class MemorySink:
+    """Keeps the windows it is given and writes nothing: the arena's games are measurements, not the game's history."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.windows: list[WindowRows] = []
+
+    def newest_window(self) -> datetime | None:
+        return None
+
+    def write(self, batch: list[WindowRows]) -> None:
+        self.windows.extend(batch)
+
+    def close(self) -> None:
+        return None
+
+
 def write_time() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 

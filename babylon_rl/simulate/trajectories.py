@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import numpy as np
 
 from babylon_rl.simulate.agents import DECIDERS, PERSONAS, Decision, Observation, Persona
 from babylon_rl.simulate.config import SimulationConfig
 from babylon_rl.simulate.market import (
-    EPOCH, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS, NewsEvent, WindowMarket, generate_market, rng_for,
+    EPOCH, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS, STREAM_POLICY, NewsEvent, WindowMarket, generate_market, rng_for,
 )
 
 MAX_TOKENS = 256
@@ -34,6 +35,37 @@ class WindowRows:
     llm_calls: list[tuple] = field(default_factory=list)
     outcomes: list[tuple] = field(default_factory=list)
     steps: int = 0
+    agent_pnl: dict[str, tuple[str, float]] = field(default_factory=dict)  # agent id -> (persona, window P&L)
+
+
+@dataclass(frozen=True)
+class AgentDraws:
+    """What chance decides about one agent in one window: its timing, ids, shape and the flaws injected into its rows."""
+
+    phase: int  # minute of its first step
+    jitter: list[int]  # ms after the step's minute, per step
+    latency: list[list[int]]  # ms of the reasoning and the action call, per step
+    uniforms: list[list[float]]  # the persona's own draws, per step
+    rich: bool  # plugin step shape (else legacy)
+    evaluation: bool
+    ids: tuple[str, str]
+    null_window: bool = False
+    null_pnl: bool = False
+    error_step: int = -1  # the step whose answer is garbled, -1 for none
+
+
+class Call(NamedTuple):
+    """One LLM call of a step, before it is shaped for stepsJson and llm_call_logs."""
+
+    purpose: str
+    action_type: str | None
+    user: str
+    answer: str
+    reasoning: str | None
+    ts: int  # epoch ms
+    latency: int
+    prompt_tokens: int | None = None  # None: estimated from the text (the personas have no tokenizer)
+    completion_tokens: int | None = None
 
 
 @dataclass
@@ -62,8 +94,9 @@ def iso_z(moment: datetime) -> str:
 class WindowPlay:
     """Generates one window; caches the observation text that all agents share at a minute."""
 
-    def __init__(self, config: SimulationConfig, start: datetime) -> None:
+    def __init__(self, config: SimulationConfig, start: datetime, player=None) -> None:
         self.config = config
+        self.player = player  # answers the policy agents (policy_play.py); None without them
         self.market: WindowMarket = generate_market(config, start)
         self.rows = WindowRows(self.market.window_id)
         self.interval = config.window_minutes // config.steps_per_window
@@ -81,23 +114,42 @@ class WindowPlay:
         config, key = self.config, self.market.key
         n, steps = config.agents, config.steps_per_window
         rng = rng_for(config, key, STREAM_AGENTS)
-        self.phase = rng.integers(0, self.interval, n).tolist()
-        self.jitter = rng.integers(1_000, 50_000, (n, steps)).tolist()
-        self.latency = np.rint(rng.lognormal(6.8, 0.4, (n, steps, 2))).astype(int).tolist()
-        self.uniforms = rng.random((n, steps, 5)).tolist()
-        self.rich = (rng.random(n) < config.rich_share).tolist()
-        self.evaluation = (rng.random(n) < config.evaluation_share).tolist()
+        phase = rng.integers(0, self.interval, n).tolist()
+        jitter = rng.integers(1_000, 50_000, (n, steps)).tolist()
+        latency = np.rint(rng.lognormal(6.8, 0.4, (n, steps, 2))).astype(int).tolist()
+        uniforms = rng.random((n, steps, 5)).tolist()
+        rich = (rng.random(n) < config.rich_share).tolist()
+        evaluation = (rng.random(n) < config.evaluation_share).tolist()
         ids = rng_for(config, key, STREAM_IDS).integers(0, 2**63, (n + 2 * len(config.tickers) + 1, 2))
         self.ids = [(f"{a:016x}", f"{b:016x}") for a, b in ids.tolist()]
         dirt, rates = rng_for(config, key, STREAM_DIRT), config.dirt_rates
         draws = dirt.random((n, 3)).tolist()
-        self.null_window = [d[0] < rates.null_window_id for d in draws]
-        self.null_pnl = [d[1] < rates.null_final_pnl for d in draws]
+        null_window = [d[0] < rates.null_window_id for d in draws]
+        null_pnl = [d[1] < rates.null_final_pnl for d in draws]
         error_at = dirt.integers(0, steps, n).tolist()
-        self.error_step = [s if d[2] < rates.error_step else -1 for s, d in zip(error_at, draws)]
+        error_step = [s if d[2] < rates.error_step else -1 for s, d in zip(error_at, draws)]
         outcome_draws = dirt.random((len(config.tickers), 2)).tolist()
         self.duplicate = [d[0] < rates.duplicate_outcome for d in outcome_draws]
         self.zero_bearish = [d[1] < rates.zero_change_bearish for d in outcome_draws]
+        self.draws = [
+            AgentDraws(phase[i], jitter[i], latency[i], uniforms[i], rich[i], evaluation[i],
+                       self.ids[i], null_window[i], null_pnl[i], error_step[i])
+            for i in range(n)
+        ]
+        self.policy_draws = self._draw_policy_agents()
+
+    def _draw_policy_agents(self) -> list[AgentDraws]:
+        """The policy agents' draws, from a stream of their own: the personas' rows do not change when they join.
+        Their latency is measured, their shape is always plugin (it logs the messages) and no flaw is injected."""
+        m, steps = self.config.policy_agents, self.config.steps_per_window
+        if not m:
+            return []
+        rng = rng_for(self.config, self.market.key, STREAM_POLICY)
+        phase = rng.integers(0, self.interval, m).tolist()
+        jitter = rng.integers(1_000, 50_000, (m, steps)).tolist()
+        evaluation = (rng.random(m) < self.config.evaluation_share).tolist()
+        ids = [(f"{a:016x}", f"{b:016x}") for a, b in rng.integers(0, 2**63, (m, 2)).tolist()]
+        return [AgentDraws(phase[j], jitter[j], [], [], True, evaluation[j], ids[j]) for j in range(m)]
 
     # -- shared observation pieces ----------------------------------------------------
     def clock(self, minute: int) -> str:
@@ -144,7 +196,11 @@ class WindowPlay:
     # -- the window ---------------------------------------------------------------------
     def run(self) -> WindowRows:
         for index in range(self.config.agents):
-            AgentPlay(self, index).run()
+            AgentPlay.persona_agent(self, index).run()
+        if self.policy_draws:
+            from babylon_rl.simulate.policy_play import play_policy_agents
+
+            play_policy_agents(self, self.player)
         self.rows.outcomes = self.outcome_rows()
         return self.rows
 
@@ -175,26 +231,29 @@ class WindowPlay:
 class AgentPlay:
     """One agent's trajectory in a window."""
 
-    def __init__(self, window: WindowPlay, index: int) -> None:
+    def __init__(self, window: WindowPlay, agent: str, persona: Persona, draws: AgentDraws) -> None:
         self.w = window
-        self.index = index
-        self.agent_id = agent_id(index)
-        self.persona = persona_of(window.config, index)
-        self.decide = DECIDERS[self.persona.name]
-        self.system_prompt = self.persona.system_prompt(self.agent_id)
-        self.rich = window.rich[index]
-        self.id_hex, self.tid_hex = window.ids[index]
+        self.agent_id = agent
+        self.persona = persona
+        self.draws = draws
+        self.system_prompt = persona.system_prompt(agent)
+        self.rich = draws.rich
+        self.id_hex, self.tid_hex = draws.ids
         self.trajectory_id = f"{self.tid_hex[:8]}-{self.tid_hex[8:12]}-4{self.tid_hex[13:16]}-a{self.id_hex[1:4]}-{self.id_hex[4:16]}"
         self.portfolio = Portfolio(window.config.starting_balance)
         self.trade_count = 0
         self.total_reward = 0.0
         self.last_call_end = 0  # epoch ms
 
+    @classmethod
+    def persona_agent(cls, window: WindowPlay, index: int) -> "AgentPlay":
+        return cls(window, agent_id(index), persona_of(window.config, index), window.draws[index])
+
     def run(self) -> None:
         w, config = self.w, self.w.config
         steps, previous = [], 0
         for s in range(config.steps_per_window):
-            minute = s * w.interval + w.phase[self.index]
+            minute = s * w.interval + self.draws.phase
             steps.append(self.step(s, minute, previous))
             previous = minute
         self.finish(steps)
@@ -223,17 +282,17 @@ class AgentPlay:
         w, p = self.w, self.portfolio
         seen, news_text = w.news(minute)
         prices = [path[minute] for path in w.market.prices]
-        u = w.uniforms[self.index][s]
+        u = self.draws.uniforms[s]
         state = {
             "agentBalance": round(p.cash, 2), "agentPnL": self.mark(minute),
             "openPositions": len(p.holdings) + len(p.bets), "activeMarkets": len(prices) + len(w.pm_info),
         }
         obs = Observation(minute, prices, [path[previous] for path in w.market.prices], seen, w.pm_info,
                           [m.prob[minute] for m in w.market.markets], p.cash, p.holdings, frozenset(p.bets))
-        decision = self.decide(obs, u)
-        failed = s == w.error_step[self.index]
+        decision = DECIDERS[self.persona.name](obs, u)
+        failed = s == self.draws.error_step
         text = self.observation_text(minute, previous, news_text)
-        ts = w.start_ms + minute * 60_000 + w.jitter[self.index][s]
+        ts = w.start_ms + minute * 60_000 + self.draws.jitter[s]
         calls = self.calls(s, ts, text, decision, failed, u[4] < self.persona.reasoning_share)
         if failed:
             action_type, params, result, pnl = "HOLD", {}, None, 0.0
@@ -243,19 +302,19 @@ class AgentPlay:
         self.total_reward += reward
         return self.step_dict(s, ts, minute, state, calls, action_type, params, result, failed, decision, reward)
 
-    def calls(self, s: int, ts: int, text: str, decision: Decision, failed: bool, reasons: bool) -> list[tuple]:
+    def calls(self, s: int, ts: int, text: str, decision: Decision, failed: bool, reasons: bool) -> list[Call]:
         """The LLM calls of a step as neutral records; shaped for stepsJson and llm_call_logs later."""
-        latency = self.w.latency[self.index][s]
+        latency = self.draws.latency[s]
         records = []
         user = text + '\nAnswer with one JSON action, e.g. {"action": "hold"}.'
         if reasons:
             prompt = text + "\nThink it through in two or three sentences before you act."
-            records.append(("reasoning", None, prompt, decision.why[:1].upper() + decision.why[1:] + ".", None, ts, latency[0]))
-            user = text + f"\nYour analysis: {records[0][3]}\nAnswer with one JSON action."
+            records.append(Call("reasoning", None, prompt, decision.why[:1].upper() + decision.why[1:] + ".", None, ts, latency[0]))
+            user = text + f"\nYour analysis: {records[0].answer}\nAnswer with one JSON action."
             ts += latency[0] + 40
         answer = BAD_ANSWER if failed else response_json(decision, self.w)
         action_type = "HOLD" if failed else ACTION_TYPES[decision.kind]
-        records.append(("action", action_type, user, answer, decision.why if reasons else None, ts, latency[1]))
+        records.append(Call("action", action_type, user, answer, decision.why if reasons else None, ts, latency[1]))
         self.last_call_end = ts + latency[1]
         return records
 
@@ -282,21 +341,25 @@ class AgentPlay:
             p.cash -= d.shares * price
             pnl = round(d.shares * (end - price), 2)  # marked to the window's end price
             return "BUY_SHARES", params, {"executed": True, "pnl": pnl}, pnl
-        del p.holdings[d.ticker]
+        held, cost = p.holdings[d.ticker]
+        if d.shares < held:
+            p.holdings[d.ticker] = (held - d.shares, cost)
+        else:
+            del p.holdings[d.ticker]
         p.cash += d.shares * price
         pnl = round(d.shares * (price - end), 2)  # what selling now gained over holding to the end
         return "SELL_SHARES", params, {"executed": True, "pnl": pnl}, pnl
 
     def step_dict(
-        self, s: int, ts: int, minute: int, state: dict, calls: list[tuple], action_type: str, params: dict,
-        result: dict | None, failed: bool, decision: Decision, reward: float,
+        self, s: int, ts: int, minute: int, state: dict, calls: list[Call], action_type: str, params: dict,
+        result: dict | None, failed: bool, decision: Decision, reward: float, error: str = PARSE_ERROR,
     ) -> dict:
         action = {"success": not failed, "parameters": params}
         if failed:
-            action["error"] = PARSE_ERROR
+            action["error"] = error
         else:
             action["result"] = result
-            if decision.kind != "hold":
+            if decision.kind != "hold" and decision.why:
                 action["reasoning"] = decision.why
         step = {"stepNumber": s, "timestamp": ts, "environmentState": state, "providerAccesses": self.w.providers(minute)}
         if self.rich:
@@ -321,42 +384,44 @@ class AgentPlay:
         self.log_calls(s, call_ids, calls, step["llmCalls"])
         return step
 
-    def legacy_call(self, c: tuple) -> dict:
-        purpose, action_type, user, answer, reasoning, _, latency = c
+    def legacy_call(self, c: Call) -> dict:
         call = {"model": self.persona.model, "modelVersion": MODEL_VERSION, "systemPrompt": self.system_prompt,
-                "userPrompt": user, "response": answer, "temperature": self.persona.temperature,
-                "maxTokens": MAX_TOKENS, "latencyMs": latency, "purpose": purpose}
-        if reasoning:
-            call["reasoning"] = reasoning
-        if action_type:
-            call["actionType"] = action_type
+                "userPrompt": c.user, "response": c.answer, "temperature": self.persona.temperature,
+                "maxTokens": MAX_TOKENS, "latencyMs": c.latency, "purpose": c.purpose}
+        if c.reasoning:
+            call["reasoning"] = c.reasoning
+        if c.action_type:
+            call["actionType"] = c.action_type
         return call
 
-    def plugin_call(self, call_id: str, c: tuple) -> dict:
-        purpose, action_type, user, answer, reasoning, ts, latency = c
-        call = {"callId": call_id, "timestamp": ts, "model": self.persona.model, "purpose": purpose,
-                "messages": [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}],
-                "response": answer, "temperature": self.persona.temperature, "topP": TOP_P, "maxTokens": MAX_TOKENS,
-                "promptTokens": (len(self.system_prompt) + len(user)) // 4, "completionTokens": len(answer) // 4 + 1,
-                "latencyMs": latency}
-        if reasoning:
-            call["reasoning"] = reasoning
-        if action_type:
-            call["actionType"] = action_type
+    def plugin_call(self, call_id: str, c: Call) -> dict:
+        prompt_tokens, completion_tokens = self.tokens(c)
+        call = {"callId": call_id, "timestamp": c.ts, "model": self.persona.model, "purpose": c.purpose,
+                "messages": [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": c.user}],
+                "response": c.answer, "temperature": self.persona.temperature, "topP": TOP_P, "maxTokens": MAX_TOKENS,
+                "promptTokens": prompt_tokens, "completionTokens": completion_tokens, "latencyMs": c.latency}
+        if c.reasoning:
+            call["reasoning"] = c.reasoning
+        if c.action_type:
+            call["actionType"] = c.action_type
         return call
 
-    def log_calls(self, s: int, call_ids: list[str], calls: list[tuple], shaped: list[dict]) -> None:
+    def tokens(self, c: Call) -> tuple[int, int]:
+        """Prompt and completion tokens: counted by the model's tokenizer where it ran, else estimated at 4 characters a token."""
+        if c.prompt_tokens is not None and c.completion_tokens is not None:
+            return c.prompt_tokens, c.completion_tokens
+        return (len(self.system_prompt) + len(c.user)) // 4, len(c.answer) // 4 + 1
+
+    def log_calls(self, s: int, call_ids: list[str], calls: list[Call], shaped: list[dict]) -> None:
         step_id = f"{self.trajectory_id}:{s}"
         rows = self.w.rows.llm_calls
         metadata = f'{{"persona": "{self.persona.name}", "shape": "{"plugin" if self.rich else "legacy"}"}}'
         for i, (call_id, c, call) in enumerate(zip(call_ids, calls, shaped)):
-            purpose, action_type, user, answer, reasoning, ts, latency = c
-            prompt_tokens = (len(self.system_prompt) + len(user)) // 4
-            completion_tokens = len(answer) // 4 + 1
+            prompt_tokens, completion_tokens = self.tokens(c)
             messages = json.dumps(call["messages"]) if self.rich else None
             rows.append((
-                f"lcl_{self.id_hex}_{s}_{i}", self.trajectory_id, step_id, call_id, to_datetime(ts), latency,
-                self.persona.model, purpose, action_type, self.system_prompt, user, messages, answer, reasoning,
+                f"lcl_{self.id_hex}_{s}_{i}", self.trajectory_id, step_id, call_id, to_datetime(c.ts), c.latency,
+                self.persona.model, c.purpose, c.action_type, self.system_prompt, c.user, messages, c.answer, c.reasoning,
                 self.persona.temperature, MAX_TOKENS, TOP_P if self.rich else None, prompt_tokens, completion_tokens,
                 prompt_tokens + completion_tokens, metadata,
             ))
@@ -372,19 +437,24 @@ class AgentPlay:
         end_ms = self.last_call_end + 500
         errors = sum(1 for step in steps if not step["action"]["success"])
         total_reward = round(self.total_reward, 4)
-        window_id = None if w.null_window[self.index] else w.market.window_id
+        window_id = None if self.draws.null_window else w.market.window_id
         metrics = json.dumps({"episodeLength": len(steps), "finalStatus": "completed", "finalBalance": balance,
                               "finalPnL": pnl, "tradesExecuted": self.trade_count, "postsCreated": 0, "errorCount": errors})
         metadata = json.dumps({"isTrainingData": True, "persona": self.persona.name, "stepShape": "plugin" if self.rich else "legacy",
-                               "simulator": {"seed": config.seed, "windowKey": w.market.key}, "gameKnowledge": {}})
+                               "simulator": {"seed": config.seed, "windowKey": w.market.key}, "gameKnowledge": {},
+                               **self.extra_metadata()})
         w.rows.steps += len(steps)
+        w.rows.agent_pnl[self.agent_id] = (self.persona.name, pnl)
         w.rows.trajectories.append((
             f"c{self.id_hex}{self.tid_hex[:8]}", self.trajectory_id, self.agent_id, to_datetime(start_ms), to_datetime(end_ms),
             end_ms - start_ms, window_id, config.window_hours, f"{w.market.window_id}-{self.agent_id}", w.market.window_id, None,
             json.dumps(steps), json.dumps({"environmentReward": total_reward}), metrics, metadata, total_reward,
-            len(steps), "completed", balance, None if w.null_pnl[self.index] else pnl, self.trade_count, 0,
-            None, None, None, True, w.evaluation[self.index], False, None,
+            len(steps), "completed", balance, None if self.draws.null_pnl else pnl, self.trade_count, 0,
+            None, None, None, True, self.draws.evaluation, False, None,
         ))
+
+    def extra_metadata(self) -> dict:
+        return {}
 
 
 def response_json(d: Decision, w: WindowPlay) -> str:
@@ -395,6 +465,6 @@ def response_json(d: Decision, w: WindowPlay) -> str:
     return f'{{"action": "{d.kind}", "ticker": "{w.market.tickers[d.ticker]}", "shares": {d.shares}}}'
 
 
-def simulate_window(config: SimulationConfig, start: datetime) -> WindowRows:
-    return WindowPlay(config, start).run()
+def simulate_window(config: SimulationConfig, start: datetime, player=None) -> WindowRows:
+    return WindowPlay(config, start, player).run()
 
