@@ -73,12 +73,9 @@ class PolicyAgentPlay(AgentPlay):
         self.previous = 0
 
     def ask(self, s: int) -> Ask:
-        w, p = self.w, self.portfolio
-        minute = s * w.interval + self.draws.phase
-        state = {"agentBalance": round(p.cash, 2), "agentPnL": self.mark(minute),
-                 "openPositions": len(p.holdings) + len(p.bets), "activeMarkets": len(w.market.tickers) + len(w.pm_info)}
-        text = self.observation_text(minute, self.previous, w.news(minute)[1])
-        return Ask(s, minute, state, decision_prompt(text))
+        minute = s * self.w.interval + self.draws.phase
+        text = self.observation_text(minute, self.previous, self.w.news(minute)[1])
+        return Ask(s, minute, self.state(minute), decision_prompt(text))
 
     def act(self, ask: Ask, reply: Reply) -> None:
         action = ask.prompt.resolve(parse_action(reply.text))

@@ -278,15 +278,18 @@ class AgentPlay:
             f"P&L so far ${self.mark(minute):+,.2f}.\nWhat do you do?"
         )
 
+    def state(self, minute: int) -> dict:
+        """The environment state logged with a step, as the agent found it."""
+        p = self.portfolio
+        return {"agentBalance": round(p.cash, 2), "agentPnL": self.mark(minute), "openPositions": len(p.holdings) + len(p.bets),
+                "activeMarkets": len(self.w.market.tickers) + len(self.w.pm_info)}
+
     def step(self, s: int, minute: int, previous: int) -> dict:
         w, p = self.w, self.portfolio
         seen, news_text = w.news(minute)
         prices = [path[minute] for path in w.market.prices]
         u = self.draws.uniforms[s]
-        state = {
-            "agentBalance": round(p.cash, 2), "agentPnL": self.mark(minute),
-            "openPositions": len(p.holdings) + len(p.bets), "activeMarkets": len(prices) + len(w.pm_info),
-        }
+        state = self.state(minute)
         obs = Observation(minute, prices, [path[previous] for path in w.market.prices], seen, w.pm_info,
                           [m.prob[minute] for m in w.market.markets], p.cash, p.holdings, frozenset(p.bets))
         decision = DECIDERS[self.persona.name](obs, u)
