@@ -567,6 +567,44 @@ def report(obj: BabylonContext, run: str) -> None:
 
 
 @cli.command()
+@click.option("--iterations", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Run until this many iterations are done (a later call with more continues the loop).")
+@click.option("--windows", type=click.IntRange(min=4), default=60, show_default=True, help="New windows per iteration.")
+@click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Persona agents in every window.")
+@click.option("--policy-agents", type=click.IntRange(min=1), default=2, show_default=True, help="Agents the champion plays.")
+@click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
+@click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
+              help="How strongly headlines lead prices; 0: nothing to learn, no candidate may be promoted.")
+@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps per iteration.")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=8, show_default=True, help="Decisions per training step.")
+@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (the GRPO group).")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
+@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Held-out decisions replayed per window at the gate.")
+@click.option("--base-model", default="smollm2-135m", show_default=True, help="The first champion.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.pass_obj
+@error_handler
+def improve(obj: BabylonContext, **options) -> None:
+    """The loop, closed: the champion plays new windows, they train a candidate, and the candidate
+    replaces the champion only if it beats it on held-out windows beyond the interval.
+
+    \b
+    Each iteration: play (simulate --policy CHAMPION) -> build -> dataset build -> train (GRPO from
+    the champion) -> gate (eval vs the champion) -> promote or keep. HOME/improve/state.json records
+    each finished stage: after a kill, the same command resumes where it stopped.
+    \b
+    Examples:
+      python cli.py --home /tmp/loop improve --iterations 3
+      python cli.py --home /tmp/loop0 improve --iterations 2 --news-strength 0   # the control: nothing is promoted
+    """
+    from babylon_rl.improve import ImproveOptions, run_improve
+
+    run_improve(obj, ImproveOptions(**options))
+
+
+@cli.command()
 @click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
 @click.option("--windows", type=click.IntRange(min=10), default=480, show_default=True,
               help="Simulated one-hour windows: the first 65 % train, the next 10 % validation, the latest 25 % held out.")

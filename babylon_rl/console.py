@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalResult
     from babylon_rl.evaluate.arena import ArenaResult
+    from babylon_rl.improve import ImproveState
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.readiness import Readiness
@@ -324,12 +325,35 @@ class TerminalConsole(Console):
         self.print(f"wrote {result.path}")
 
 
+    def improve_summary(self, state: ImproveState, path: Path, home: Path) -> None:
+        """One row per iteration (who played, what the policy agents and the personas made), then the gate's decisions."""
+        def short(model: str | None) -> str:
+            return str(Path(model).relative_to(home)) if model and Path(model).is_relative_to(home) else str(model)
+
+        personas = sorted({p for it in state.iterations for p in it.play if p != "policy"})
+        table = Table(title="improve: mean window P&L per agent (policy agents with its 95% CI)")
+        for column in ("iteration", "champion (played)", "policy agents", *personas):
+            table.add_column(column, overflow="fold")
+        for it in state.iterations:
+            table.add_row(str(it.iteration), short(it.champion), _interval_dict(it.play["policy"]) if "policy" in it.play else "",
+                          *[f"{it.play[p]['value']:+,.2f}" if p in it.play else "" for p in personas])
+        self.print(table)
+        for it in state.iterations:
+            if it.promoted is None:
+                continue
+            acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
+            decision = f"promoted {short(it.candidate)}" if it.promoted else f"kept {short(it.champion)}"
+            self.print(f"iteration {it.iteration} gate, candidate - champion on held-out windows: direction accuracy "
+                       f"{_interval_dict(acc, 3)}, P&L per decision {_interval_dict(pnl)}: {decision}")
+        self.print(f"champion: {short(state.champion)}; state in {path}")
+
+
 def _interval(interval) -> str:
     return _interval_dict(interval.to_dict()) if interval else ""
 
 
-def _interval_dict(d: dict) -> str:
-    return f"{d['value']:+,.2f} [{d['low']:+,.2f}, {d['high']:+,.2f}]"
+def _interval_dict(d: dict, digits: int = 2) -> str:
+    return f"{d['value']:+,.{digits}f} [{d['low']:+,.{digits}f}, {d['high']:+,.{digits}f}]"
 
 
 def _window_table(frame: pl.DataFrame) -> Table:

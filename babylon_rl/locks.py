@@ -21,7 +21,8 @@ def _holder(path: Path) -> str:
 
 
 @contextmanager
-def exclusive(path: Path, wait_seconds: float, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+def exclusive(path: Path, wait_seconds: float, on_wait: Callable[[str], None] | None = None,
+              refusal: str = "another build is running ({holder} holds {path}); wait for it or pass --wait SECONDS") -> Iterator[None]:
     """Hold `path` exclusively; wait up to `wait_seconds` for another holder, then refuse naming it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")
@@ -35,9 +36,7 @@ def exclusive(path: Path, wait_seconds: float, on_wait: Callable[[str], None] | 
             except BlockingIOError:
                 holder = _holder(path)
                 if time.monotonic() >= deadline:
-                    raise WarehouseError(
-                        f"another build is running ({holder} holds {path}); wait for it or pass --wait SECONDS"
-                    ) from None
+                    raise WarehouseError(refusal.format(holder=holder, path=path)) from None
                 if on_wait and not told:
                     on_wait(f"waiting up to {wait_seconds:.0f}s for the build lock held by {holder}")
                     told = True

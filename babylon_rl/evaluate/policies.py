@@ -100,8 +100,8 @@ def _latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def resolve_model(home: Home, value: str) -> ModelRef:
-    """A directory path, a model name in HOME/models, or a run name in HOME/runs (its latest checkpoint)."""
-    candidates = [Path(value).expanduser(), home.models / value]
+    """A directory path (or one inside the home), a model name in HOME/models, or a run name in HOME/runs (its latest checkpoint)."""
+    candidates = [Path(value).expanduser(), home.root / value, home.models / value]
     if (home.runs / value).is_dir():
         latest = _latest_checkpoint(home.runs / value)
         if latest:

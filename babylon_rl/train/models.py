@@ -12,8 +12,8 @@ SMALL_MODEL_PARAMETERS = 5_000_000  # below this one CPU thread is faster than s
 
 
 def resolve_base_model(home: Home, value: str) -> str:
-    """A directory path for local models, else the hub id (checked to be loadable)."""
-    for candidate in (Path(value).expanduser(), home.models / value):
+    """A directory path (or one inside the home), a name in HOME/models, else the hub id (checked to be loadable)."""
+    for candidate in (Path(value).expanduser(), home.root / value, home.models / value):
         if (candidate / "config.json").exists():
             return str(candidate.resolve())
     if Path(value).expanduser().exists():

@@ -1,0 +1,285 @@
+"""`cli.py improve`: the game's loop, closed. The champion plays; its windows train a candidate; the
+candidate replaces the champion only when it beats it on windows it never saw.
+
+One iteration, each stage the same BabylonContext method its own command calls:
+
+1. play: `windows` new windows in which the champion decides for `policy_agents` agents beside the
+   personas (`simulate --policy`);
+2. build (incremental);
+3. dataset `improve-NNN` over every window so far, split by time: its eval split is the newest
+   windows, which neither the candidate nor the champion trained on;
+4. train: GRPO on the policy's own answers, from the champion, merged into `runs/improve-NNN/merged`;
+5. gate: replay eval of the candidate against the champion (its baseline) on the eval split; it is
+   promoted only when it beats the champion beyond the interval on direction accuracy AND P&L per
+   decision (`EvalResult.comparison["baseline"]`);
+6. record: the decision in HOME/improve/state.json and runs/improve-NNN/promotion.json and, with a
+   database URL, on the candidate's trained_models row (deployed, or kept ready with the gate's
+   figures; the champion it replaced archived).
+
+HOME/improve/state.json says which stages of the current iteration finished. It is replaced by a
+rename after each stage, so a kill at any moment leaves it at a stage boundary; the next
+`improve` resumes at the first unfinished stage, and every stage is safe to run again: play
+continues after the newest window written (one transaction per batch of windows), build and
+dataset build are idempotent, train resumes from the run's last checkpoint. Two loops at once
+are refused by the build's lock. Windows are the simulator's from `START`: a seed is one history.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from pydantic import BaseModel
+
+from babylon_rl import atomic, locks
+from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.stats import ratio_interval, resample_indices
+
+if TYPE_CHECKING:
+    from babylon_rl.context import BabylonContext
+    from babylon_rl.dataset.params import BuildParams
+
+START = datetime(2025, 1, 1)
+STAGES = ("play", "build", "dataset", "train", "gate")
+
+
+@dataclass(frozen=True)
+class ImproveOptions:
+    iterations: int = 3
+    windows: int = 60  # new windows per iteration
+    agents: int = 10  # personas
+    policy_agents: int = 2  # agents the champion plays
+    steps_per_window: int = 3
+    news_strength: float = 1.0  # 0: nothing to learn, no candidate may be promoted
+    steps: int = 12  # training steps per iteration
+    groups_per_step: int = 8
+    samples: int = 8
+    learning_rate: float = 3e-4
+    kl_coef: float = 0.02
+    validation_fraction: float = 0.1
+    eval_fraction: float = 0.25
+    eval_decisions_per_window: int = 2
+    base_model: str = "smollm2-135m"
+    device: str = "auto"
+    seed: int = 0
+
+    def fixed(self) -> dict:
+        """What a resumed loop must share with the one that started: everything but how many iterations to run."""
+        return {k: v for k, v in asdict(self).items() if k != "iterations"}
+
+
+class Iteration(BaseModel):
+    iteration: int
+    champion: str  # the model that played this iteration's windows and was the gate's baseline
+    candidate: str | None = None
+    promoted: bool | None = None
+    gate: dict = {}  # the candidate minus the champion: direction accuracy and P&L per decision, with intervals
+    play: dict = {}  # mean window P&L per agent of the policy agents and of each persona, with intervals
+    seconds: dict[str, float] = {}
+
+
+class ImproveState(BaseModel):
+    options: dict
+    champion: str
+    iterations: list[Iteration] = []
+    done: list[str] = []  # stages of the last iteration that finished
+
+    @property
+    def current(self) -> Iteration:
+        return self.iterations[-1]
+
+
+@dataclass
+class ImproveResult:
+    state: ImproveState
+    path: str
+    ran: list[int] = field(default_factory=list)
+
+
+def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveResult:
+    path = ctx.home.root / "improve" / "state.json"
+    state = _load(path, options)
+    ran = []
+    with locks.exclusive(path.with_name(".lock"), 0, refusal="another improve loop is running in this home ({holder} holds {path})"):
+        while True:
+            if not state.iterations or set(state.done) >= set(STAGES):
+                if len(state.iterations) >= options.iterations:
+                    break
+                state.iterations.append(Iteration(iteration=len(state.iterations), champion=state.champion))
+                state.done = []
+                _save(path, state)
+            ran.append(state.current.iteration)
+            for stage in STAGES:
+                if stage not in state.done:
+                    _run_stage(ctx, options, state, stage)
+                    state.done.append(stage)
+                    _save(path, state)
+    ctx.console.improve_summary(state, path, ctx.home.root)
+    return ImproveResult(state, str(path), sorted(set(ran)))
+
+
+def _load(path, options: ImproveOptions) -> ImproveState:
+    if not path.exists():
+        return ImproveState(options=options.fixed(), champion=options.base_model)
+    state = ImproveState.model_validate_json(path.read_text())
+    if state.options != json.loads(json.dumps(options.fixed())):
+        changed = sorted(k for k in options.fixed() if state.options.get(k) != options.fixed()[k])
+        raise ConfigError(f"{path} holds a loop with other options ({', '.join(changed)}): "
+                          "pass the same options to continue it, or use another --home")
+    return state
+
+
+def _save(path, state: ImproveState) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, state.model_dump_json(indent=2) + "\n")
+
+
+def _run_stage(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState, stage: str) -> None:
+    it = state.current
+    ctx.console.rule(f"[bold]iteration {it.iteration}: {stage}")
+    started = time.monotonic()
+    if stage == "play":
+        _play(ctx, options, it)
+    elif stage == "build":
+        ctx.build()
+        it.play = _policy_pnl(ctx, options, it.iteration)
+    elif stage == "dataset":
+        ctx.dataset_build(dataset_params(options, it.iteration), force=True)
+    elif stage == "train":
+        it.candidate = _train(ctx, options, it)
+    else:
+        _gate(ctx, options, state)
+    it.seconds[stage] = round(time.monotonic() - started, 1)
+
+
+def _name(iteration: int) -> str:
+    return f"improve-{iteration:03d}"
+
+
+def _window_range(options: ImproveOptions, iteration: int) -> tuple[datetime, datetime]:
+    first = START + timedelta(hours=iteration * options.windows)
+    return first, first + timedelta(hours=options.windows)
+
+
+def _play(ctx: "BabylonContext", options: ImproveOptions, it: Iteration) -> None:
+    """The iteration's windows not written yet: a killed play resumes after its last written batch."""
+    from babylon_rl.simulate import open_sink
+    from babylon_rl.train.pretrained import DEFAULT_MODEL, model_dir
+
+    if it.champion == DEFAULT_MODEL and not (model_dir(ctx.home) / "config.json").exists():
+        ctx.model_init(DEFAULT_MODEL)
+    first, end = _window_range(options, it.iteration)
+    target = "postgres" if ctx.database_url else "duckdb"
+    sink = open_sink(target, ctx.database_url, ctx.home)
+    try:
+        newest = sink.newest_window()
+    finally:
+        sink.close()
+    if newest is not None and newest >= first:
+        first = newest + timedelta(hours=1)
+    remaining = int((end - first) / timedelta(hours=1))
+    if remaining <= 0:
+        ctx.console.print(f"the windows up to {end:%Y-%m-%dT%H:%M} are written already")
+        return
+    ctx.simulate(agents=options.agents, windows=remaining, steps_per_window=options.steps_per_window, seed=options.seed,
+                 start=first, target=target, news_strength=options.news_strength, policy=it.champion,
+                 policy_agents=options.policy_agents, device=options.device)
+
+
+def dataset_params(options: ImproveOptions, iteration: int) -> "BuildParams":
+    """Every window so far, split by time: the eval split is the newest windows, which no model of the loop trained on."""
+    from babylon_rl.dataset.params import BuildParams
+
+    return BuildParams(name=_name(iteration), lookback_hours=(iteration + 1) * options.windows + 1,
+                       target_trajectories=1_000_000, max_dropout=0.0, max_group_size=options.agents + options.policy_agents,
+                       min_actions=min(options.steps_per_window, 5), validation_fraction=options.validation_fraction,
+                       eval_fraction=options.eval_fraction, seed=options.seed)
+
+
+def _train(ctx: "BabylonContext", options: ImproveOptions, it: Iteration) -> str:
+    from babylon_rl.train.runs import RunDir
+
+    name = _name(it.iteration)
+    resume = bool(RunDir.for_run(ctx.home, name).checkpoint_steps())
+    result = ctx.train(dataset=name, run_name=name, backend="torch", base_model=it.champion, on_policy=True, merge=True,
+                       learning_rate=options.learning_rate, groups_per_step=options.groups_per_step, max_steps=options.steps,
+                       samples=options.samples, kl_coef=options.kl_coef, inner_epochs=2, seed=options.seed,
+                       device=options.device, resume=resume or None)
+    return _in_home(ctx, result.merged)
+
+
+def _in_home(ctx: "BabylonContext", path) -> str:
+    """A model's path as the loop records it: relative to the home, so that a moved home still resolves it."""
+    path = Path(path)
+    return str(path.relative_to(ctx.home.root)) if path.is_relative_to(ctx.home.root) else str(path)
+
+
+def _gate(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState) -> None:
+    from babylon_rl.evaluate import EvalOptions
+
+    it = state.current
+    result = ctx.evaluate(EvalOptions(model=it.candidate, dataset=_name(it.iteration), baseline=it.champion, seed=options.seed,
+                                      device=options.device, max_decisions_per_window=options.eval_decisions_per_window))
+    versus = result.comparison["baseline"]
+    it.gate = {"direction_accuracy": versus["direction_accuracy_diff"], "pnl_per_decision": versus["pnl_per_decision_diff"]}
+    it.promoted = bool(versus["beats_outside_interval"])
+    replaced = state.champion
+    if it.promoted:
+        state.champion = it.candidate
+    record = {"iteration": it.iteration, "candidate": it.candidate, "champion": replaced, "promoted": it.promoted,
+              "gate": it.gate, "champion_after": state.champion}
+    run_dir = ctx.home.runs / _name(it.iteration)
+    atomic.write_text(run_dir / "promotion.json", json.dumps(record, indent=2) + "\n")
+    if ctx.database_url:
+        _record_in_database(ctx.database_url, ctx.home.root, it, replaced)
+
+
+def _record_in_database(url: str, home: Path, it: Iteration, replaced: str) -> None:
+    """The candidate's trained_models row: deployed when promoted (the champion it replaced archived), else kept ready;
+    the gate's figures and the model it was measured against in evalMetrics.gate."""
+    from babylon_rl import db
+
+    gate = {"gate": {**it.gate, "promoted": it.promoted, "against": replaced}}
+    with db.connect(url) as conn, conn.transaction():
+        conn.execute(
+            """UPDATE "trained_models" SET "status" = %s, "deployedAt" = CASE WHEN %s THEN now() ELSE "deployedAt" END,
+                      "evalMetrics" = COALESCE("evalMetrics", '{}'::jsonb) || %s::jsonb, "updatedAt" = now()
+               WHERE "modelId" = %s""",
+            ("deployed" if it.promoted else "ready", it.promoted, json.dumps(gate), f"{_name(it.iteration)}:merged"))
+        if it.promoted:
+            conn.execute(
+                """UPDATE "trained_models" SET "status" = 'archived', "archivedAt" = now(), "updatedAt" = now()
+                   WHERE "storagePath" = %s AND "status" = 'deployed'""", (str(home / replaced),))
+
+
+def _policy_pnl(ctx: "BabylonContext", options: ImproveOptions, iteration: int) -> dict:
+    """Mean window P&L per agent of the policy agents and of each persona in this iteration's windows, from the marts,
+    with a bootstrap interval over windows."""
+    from babylon_rl import warehouse
+
+    first, end = _window_range(options, iteration)
+    with warehouse.connect(ctx.home, read_only=True) as conn:
+        rows = conn.execute(
+            """WITH personas AS (
+                 SELECT "agentId" AS agent_id, any_value(json_extract_string("metadataJson", '$.persona')) AS persona
+                 FROM raw.trajectories GROUP BY 1)
+               SELECT p.window_id, personas.persona, avg(p.pnl)
+               FROM babylon.agent_window_pnl AS p JOIN personas USING (agent_id)
+               WHERE p.window_start >= ? AND p.window_start < ?
+               GROUP BY ALL ORDER BY 1, 2""", [first, end]).fetchall()
+    windows = sorted({w for w, _, _ in rows})
+    index = {w: i for i, w in enumerate(windows)}
+    indices = resample_indices(len(windows), 1000, options.seed)
+    figures = {}
+    for persona in sorted({p for _, p, _ in rows}):
+        pnl, present = np.zeros(len(windows)), np.zeros(len(windows))
+        for w, p, value in rows:
+            if p == persona:
+                pnl[index[w]], present[index[w]] = value, 1.0
+        figures[persona] = ratio_interval(pnl, present, indices).to_dict()
+    return figures
