@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,18 +94,11 @@ class ImproveState(BaseModel):
         return self.iterations[-1]
 
 
-@dataclass
-class ImproveResult:
-    state: ImproveState
-    path: str
-    ran: list[int] = field(default_factory=list)
-
-
-def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveResult:
+def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveState:
+    """Run iterations until `options.iterations` are done, each from the first stage it has not finished."""
     path = ctx.home.root / "improve" / "state.json"
-    state = _load(path, options)
-    ran = []
     with locks.exclusive(path.with_name(".lock"), 0, refusal="another improve loop is running in this home ({holder} holds {path})"):
+        state = _load(path, options)
         while True:
             if not state.iterations or set(state.done) >= set(STAGES):
                 if len(state.iterations) >= options.iterations:
@@ -113,14 +106,13 @@ def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveResult
                 state.iterations.append(Iteration(iteration=len(state.iterations), champion=state.champion))
                 state.done = []
                 _save(path, state)
-            ran.append(state.current.iteration)
             for stage in STAGES:
                 if stage not in state.done:
                     _run_stage(ctx, options, state, stage)
                     state.done.append(stage)
                     _save(path, state)
     ctx.console.improve_summary(state, path, ctx.home.root)
-    return ImproveResult(state, str(path), sorted(set(ran)))
+    return state
 
 
 def _load(path, options: ImproveOptions) -> ImproveState:

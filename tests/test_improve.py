@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -121,7 +122,7 @@ def test_a_promoted_candidate_becomes_the_champion_that_plays_next(template, hom
         return result
 
     monkeypatch.setattr(BabylonContext, "evaluate", candidate_wins)
-    state = run_improve(ctx, ImproveOptions(**{**SMALL_OPTIONS.__dict__, "iterations": 2})).state
+    state = run_improve(ctx, replace(SMALL_OPTIONS, iterations=2))
     first, second = state.iterations
     assert first.promoted and second.champion == first.candidate and state.champion == second.candidate
     with psycopg.connect(migrated_pg_url) as conn:
@@ -131,3 +132,12 @@ def test_a_promoted_candidate_becomes_the_champion_that_plays_next(template, hom
     assert rows == {"improve-000:merged": "archived", "improve-001:merged": "deployed"}
     assert gate == first.candidate
     assert played == [("runs/improve-000/merged",)]  # the promoted candidate played iteration 1
+
+
+def test_a_second_loop_in_the_same_home_is_refused(home, run_cli):
+    from babylon_rl import locks
+
+    with locks.exclusive(home / "improve" / ".lock", 0):
+        result = run_cli("improve", "--iterations", "1", *SMALL)
+    assert result.exit_code == 2 and "another improve loop is running in this home" in result.output
+    assert not (home / "improve" / "state.json").exists()

@@ -7,12 +7,16 @@ from dataclasses import replace
 from datetime import datetime
 
 import duckdb
+import polars as pl
 import psycopg
 import pytest
 
+from babylon_rl.dataset.dataset import Dataset
+from babylon_rl.evaluate.decisions import COLUMNS, read_decisions, read_truths
 from babylon_rl.evaluate.policies import Reply
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.rules import news_rule
+from babylon_rl.settings import Home
 from babylon_rl.simulate.config import SimulationConfig
 from babylon_rl.simulate.trajectories import simulate_window
 from babylon_rl.warehouse import RAW_BY_NAME
@@ -112,6 +116,16 @@ def test_simulate_with_a_local_model_writes_rows_the_build_reads(template, home,
         built = conn.sql("SELECT count(*) FROM babylon.agent_window_pnl WHERE agent_id LIKE 'sim-policy-%'").fetchone()[0]
     assert models == [("models/tiny",)]
     assert built == 3 * 2
+
+    # in a dataset, their trajectories are there, but their turns are no decisions to replay or train on:
+    # their logged observation is already compact, so the scorer could not price it
+    result = run_cli("dataset", "build", "--name", "played", "--min-actions", "1", "--lookback-hours", "10")
+    assert result.exit_code == 0, result.output
+    dataset = Dataset.open(Home(home), "played")
+    rows = pl.concat([dataset.read_split(split, COLUMNS) for split in ("train", "validation", "eval")])
+    assert rows.filter(pl.col("agent_id").str.starts_with("sim-policy-")).height > 0
+    decisions = read_decisions(rows, read_truths(dataset))
+    assert decisions and not [d for d in decisions if d.agent_id.startswith("sim-policy-")]
 
 
 def test_simulate_with_an_endpoint_into_postgres(migrated_pg_url, home, run_cli):

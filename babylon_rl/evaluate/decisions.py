@@ -6,6 +6,10 @@ logged answer itself parses as an action. Free-text reasoning turns ("Think it t
 are context, not decisions. `Decision.prompt` is every logged message before that turn;
 what a model is asked is `Decision.request`, the compact observation-only prompt of that step
 (prompts.py): never the agent's own analysis, never the ground truth.
+
+Turns of a model that played with that compact prompt itself (`simulate --policy`, or a trained
+model in the game) are not decision points: their logged observation is already compact (prices
+cut to whole dollars, markets renamed M1...), so the scorer could not price them.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import polars as pl
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import parse_action
-from babylon_rl.evaluate.prompts import DecisionPrompt, decision_prompt
+from babylon_rl.evaluate.prompts import SYSTEM_PROMPT, DecisionPrompt, decision_prompt
 from babylon_rl.evaluate.scoring import GroundTruth
 
 if TYPE_CHECKING:
     from babylon_rl.dataset.dataset import Dataset
 
 COLUMNS = ["trajectory_id", "window_id", "agent_id", "messages"]
+COMPACT_SYSTEM_HEAD = SYSTEM_PROMPT.split("\n", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,14 @@ def _asks_for_action(message: dict) -> bool:
     return message.get("role") == "user" and "json" in str(message.get("content", "")).lower()
 
 
+def _plays_the_compact_prompt(messages: list[dict]) -> bool:
+    first = messages[0] if messages else {}
+    return first.get("role") == "system" and str(first.get("content", "")).startswith(COMPACT_SYSTEM_HEAD)
+
+
 def decision_points(window_id: str, trajectory_id: str, agent_id: str, messages: list[dict]) -> list[Decision]:
+    if _plays_the_compact_prompt(messages):
+        return []
     points = []
     for i, message in enumerate(messages):
         if message.get("role") != "assistant" or i == 0:
