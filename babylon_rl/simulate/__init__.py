@@ -1,7 +1,8 @@
 """`cli.py simulate`: a deterministic, realistic game history in the production schema.
 
 market.py (prices, news, prediction markets) -> agents.py (personas deciding from what
-they observed) -> trajectories.py (rows of the three game tables) -> sinks.py (writers).
+they observed) -> trajectories.py (rows of the three game tables) -> sinks.py (writers);
+policy_play.py: agents deciding with a model (`--policy`), beside the personas.
 """
 
 from __future__ import annotations
