@@ -343,8 +343,9 @@ class TerminalConsole(Console):
                 continue
             acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
             decision = f"promoted {short(it.candidate)}" if it.promoted else f"kept {short(it.champion)}"
+            powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
             self.print(f"iteration {it.iteration} gate, candidate - champion on held-out windows: direction accuracy "
-                       f"{_interval_dict(acc, 3)}, P&L per decision {_interval_dict(pnl)}: {decision}")
+                       f"{_interval_dict(acc, 3)}, P&L per decision {_interval_dict(pnl)}: {decision}{powerless}")
         self.print(f"champion: {short(state.champion)}; state in {path}")
 
 

@@ -78,7 +78,9 @@ class Iteration(BaseModel):
     champion: str  # the model that played this iteration's windows and was the gate's baseline
     candidate: str | None = None
     promoted: bool | None = None
-    gate: dict = {}  # the candidate minus the champion: direction accuracy and P&L per decision, with intervals
+    # the candidate minus the champion: direction accuracy and P&L per decision, with intervals; and whether the same
+    # decisions told the news rule from the best constant (False: the gate had no power; None: no headline to read)
+    gate: dict = {}
     play: dict = {}  # mean window P&L per agent of the policy agents and of each persona, with intervals
     seconds: dict[str, float] = {}
 
@@ -218,7 +220,9 @@ def _gate(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState) -
     result = ctx.evaluate(EvalOptions(model=it.candidate, dataset=_name(it.iteration), baseline=it.champion, seed=options.seed,
                                       device=options.device, max_decisions_per_window=options.eval_decisions_per_window))
     versus = result.comparison["baseline"]
-    it.gate = {"direction_accuracy": versus["direction_accuracy_diff"], "pnl_per_decision": versus["pnl_per_decision_diff"]}
+    design = result.design_check  # the news rule vs the best constant on the same decisions: had this gate any power?
+    it.gate = {"direction_accuracy": versus["direction_accuracy_diff"], "pnl_per_decision": versus["pnl_per_decision_diff"],
+               "could_recognise_news_rule": None if design is None else bool(design["beats_outside_interval"])}
     it.promoted = bool(versus["beats_outside_interval"])
     replaced = state.champion
     if it.promoted:

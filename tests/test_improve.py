@@ -94,6 +94,11 @@ def test_the_loop_plays_trains_and_records_each_iteration(template, home, run_cl
     (it,) = state["iterations"]
     assert it["champion"] == "tiny" and it["candidate"].endswith("runs/improve-000/merged") and it["promoted"] is False
     assert set(it["play"]) == {"policy", "news", "momentum", "contrarian", "random", "risk_averse"}
+    # whether the gate could have told a news reader from the best constant on its held-out decisions
+    # (None: no held-out decision had a fresh headline the rule reads, as in these 2 held-out windows)
+    assert "could_recognise_news_rule" in it["gate"]
+    powerless = "(this gate could not recognise even the news rule)" in result.output
+    assert powerless == (it["gate"]["could_recognise_news_rule"] is False)
     assert state["done"] == ["play", "build", "dataset", "train", "gate"]
     promotion = json.loads((home / "runs" / "improve-000" / "promotion.json").read_text())
     assert promotion["promoted"] is False and promotion["champion_after"] == "tiny"
