@@ -135,7 +135,7 @@ def _play(home: Home, options: ArenaOptions, config: SimulationConfig, role: str
     player, model_id = open_player(home, model, options.base_url, options.device, options.policy_agents, options.max_new_tokens)
     sink = MemorySink()
     summary = run_simulation(replace(config, policy_model=model_id), sink, on_window(model_id, options.windows), player)
-    pnl = np.array([np.mean([pnl for persona, pnl in w.agent_pnl.values() if persona == POLICY_PERSONA]) for w in sink.windows])
+    pnl = _mean_pnl(sink.windows, POLICY_PERSONA)
     decisions, actions = _action_shares(sink.windows)
     return Side(role, model_id, pnl, decisions, actions, round(summary.seconds_per_window, 3)), sink.windows
 
@@ -148,7 +148,12 @@ def _persona_pnl(first: list[WindowRows], second: list[WindowRows]) -> dict[str,
     if personas_of(first) != personas_of(second):
         raise ConfigError("the personas played differently in the two games: the arena cannot compare them (a bug; please report it)")
     present = [p for p in PERSONA_NAMES if any(v[0] == p for w in first for v in w.agent_pnl.values())]
-    return {p: np.array([np.mean([pnl for persona, pnl in w.agent_pnl.values() if persona == p]) for w in first]) for p in present}
+    return {p: _mean_pnl(first, p) for p in present}
+
+
+def _mean_pnl(windows: list[WindowRows], persona: str) -> np.ndarray:
+    """Per window, the mean P&L of the persona's agents (`policy`: the model's)."""
+    return np.array([np.mean([pnl for who, pnl in w.agent_pnl.values() if who == persona]) for w in windows])
 
 
 def _action_shares(windows: list[WindowRows]) -> tuple[int, dict[str, float]]:
