@@ -37,6 +37,20 @@ from babylon_rl.evaluate import EvalOptions  # noqa: E402
 from babylon_rl.evaluate.rules import news_rule  # noqa: E402
 from babylon_rl.evaluate.run import score_answers  # noqa: E402
 
+def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
+    """A fresh home with the simulated world (`args`: home, agents, windows, steps_per_window, news_strength, seed)
+    built and split by time into the dataset `learn`: train, validation 10 %, eval (the newest) `eval_fraction`."""
+    shutil.rmtree(args.home, ignore_errors=True)
+    ctx = BabylonContext.create(str(args.home))
+    ctx.simulate(agents=args.agents, windows=args.windows, steps_per_window=args.steps_per_window, seed=args.seed,
+                 start=datetime(2025, 1, 1), target="duckdb", news_strength=args.news_strength)
+    ctx.build()
+    ctx.dataset_build(BuildParams(name="learn", lookback_hours=args.windows + 1, target_trajectories=100_000,
+                                  max_group_size=max(args.agents, 5), min_actions=min(args.steps_per_window, 5),
+                                  validation_fraction=0.1, eval_fraction=eval_fraction, seed=args.seed), force=True)
+    return ctx
+
+
 def point(step: int, result) -> dict:
     model = result.model_result.metrics
     row = {"step": step}
@@ -63,15 +77,8 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
 
-    shutil.rmtree(args.home, ignore_errors=True)
-    ctx = BabylonContext.create(str(args.home))
     started = time.monotonic()
-    ctx.simulate(agents=args.agents, windows=args.windows, steps_per_window=args.steps_per_window, seed=args.seed,
-                 start=datetime(2025, 1, 1), target="duckdb", news_strength=args.news_strength)
-    ctx.build()
-    ctx.dataset_build(BuildParams(name="learn", lookback_hours=args.windows + 1, target_trajectories=100_000,
-                                  max_group_size=max(args.agents, 5), min_actions=min(args.steps_per_window, 5),
-                                  validation_fraction=0.1, eval_fraction=0.2, seed=args.seed), force=True)
+    ctx = simulate_and_split(args, eval_fraction=0.2)
     common = dict(dataset="learn", backend="torch", on_policy=True, learning_rate=args.learning_rate, groups_per_step=args.groups_per_step,
                   max_steps=args.steps, seed=args.seed, device=args.device, checkpoint_every=args.checkpoint_every)
     imitation_started = time.monotonic()
