@@ -550,25 +550,32 @@ def arena(obj: BabylonContext, **options) -> None:
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", required=False)
+@click.option("--improve", is_flag=True, help="Instead of a run: the improve loop's page, HOME/improve/report.html.")
 @click.pass_obj
 @error_handler
-def report(obj: BabylonContext, run: str) -> None:
+def report(obj: BabylonContext, run: str | None, improve: bool) -> None:
     """Write HOME/runs/RUN/report.html: a self-contained page (inline SVG plots) about a run.
 
     \b
     Windows and agents over time, P&L per window, judge score vs P&L, reward and loss
-    curves, and the replay-eval table (after cli.py eval).
+    curves, and the replay-eval table (after cli.py eval). With --improve, the page
+    `improve` writes after every iteration, again: P&L per agent and the gate's figures
+    by iteration, each iteration's decision and why, and the verdict.
     \b
-    Example:
+    Examples:
       python cli.py report quickstart
+      python cli.py --home /tmp/loop report --improve
     """
-    obj.report(run)
+    obj.report(run, improve)
 
 
 @cli.command()
-@click.option("--iterations", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Run until this many iterations are done (a later call with more continues the loop).")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Run until this many iterations are done (a later call with more continues the loop).  [default: 3; "
+                   "with --every: no end]")
+@click.option("--every", "every_minutes", type=float, default=None, metavar="MINUTES",
+              help="Start an iteration every MINUTES (at once when the last one ran over); without --iterations, until Ctrl-C or SIGTERM.")
 @click.option("--windows", type=click.IntRange(min=4), default=60, show_default=True, help="New windows per iteration.")
 @click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Persona agents in every window.")
 @click.option("--policy-agents", type=click.IntRange(min=1), default=2, show_default=True, help="Agents the champion plays.")
@@ -592,16 +599,18 @@ def improve(obj: BabylonContext, **options) -> None:
 
     \b
     Each iteration: play (simulate --policy CHAMPION) -> build -> dataset build -> train (GRPO from
-    the champion) -> gate (eval vs the champion) -> promote or keep. HOME/improve/state.json records
-    each finished stage: after a kill, the same command resumes where it stopped.
+    the champion) -> gate (eval vs the champion) -> promote or keep, then HOME/improve/report.html.
+    HOME/improve/state.json records each finished stage: after a kill, Ctrl-C or SIGTERM, the same
+    command resumes at the stage it stopped in.
     \b
     Examples:
       python cli.py --home /tmp/loop improve --iterations 3
+      python cli.py --home /tmp/loop improve --every 60             # an iteration an hour until stopped
       python cli.py --home /tmp/loop0 improve --iterations 2 --news-strength 0   # the control: nothing is promoted
     """
     from babylon_rl.improve import ImproveOptions, run_improve
 
-    run_improve(obj, ImproveOptions(**options))
+    run_improve(obj, ImproveOptions.given(**options))
 
 
 @cli.command()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalResult
     from babylon_rl.evaluate.arena import ArenaResult
-    from babylon_rl.improve import ImproveState
+    from babylon_rl.improve import ImproveState, Iteration
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.readiness import Readiness
@@ -325,28 +325,39 @@ class TerminalConsole(Console):
         self.print(f"wrote {result.path}")
 
 
+    def improve_waiting(self, iteration: int, at: datetime) -> None:
+        self.print(f"iteration {iteration} starts at {at:%Y-%m-%d %H:%M:%S} (--every); Ctrl-C stops the loop between iterations")
+
+    def improve_iteration_done(self, it: Iteration, report: Path, home: Path) -> None:
+        self.print(_gate_line(it, home))
+        self.print(f"wrote {report}")
+
     def improve_summary(self, state: ImproveState, path: Path, home: Path) -> None:
         """One row per iteration (who played, what the policy agents and the personas made), then the gate's decisions."""
-        def short(model: str | None) -> str:
-            return str(Path(model).relative_to(home)) if model and Path(model).is_relative_to(home) else str(model)
-
         personas = sorted({p for it in state.iterations for p in it.play if p != "policy"})
         table = Table(title="improve: mean window P&L per agent (policy agents with its 95% CI)")
         for column in ("iteration", "champion (played)", "policy agents", *personas):
             table.add_column(column, overflow="fold")
         for it in state.iterations:
-            table.add_row(str(it.iteration), short(it.champion), _interval_dict(it.play["policy"]) if "policy" in it.play else "",
+            table.add_row(str(it.iteration), _in_home(it.champion, home), _interval_dict(it.play["policy"]) if "policy" in it.play else "",
                           *[f"{it.play[p]['value']:+,.2f}" if p in it.play else "" for p in personas])
         self.print(table)
         for it in state.iterations:
-            if it.promoted is None:
-                continue
-            acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
-            decision = f"promoted {short(it.candidate)}" if it.promoted else f"kept {short(it.champion)}"
-            powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
-            self.print(f"iteration {it.iteration} gate, candidate - champion on held-out windows: direction accuracy "
-                       f"{_interval_dict(acc, 3)}, P&L per decision {_interval_dict(pnl)}: {decision}{powerless}")
-        self.print(f"champion: {short(state.champion)}; state in {path}")
+            if it.promoted is not None:
+                self.print(_gate_line(it, home))
+        self.print(f"champion: {_in_home(state.champion, home)}; state in {path}")
+
+
+def _in_home(model: str | None, home: Path) -> str:
+    return str(Path(model).relative_to(home)) if model and Path(model).is_relative_to(home) else str(model)
+
+
+def _gate_line(it: Iteration, home: Path) -> str:
+    acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
+    decision = f"promoted {_in_home(it.candidate, home)}" if it.promoted else f"kept {_in_home(it.champion, home)}"
+    powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
+    return (f"iteration {it.iteration} gate, candidate - champion on held-out windows: direction accuracy "
+            f"{_interval_dict(acc, 3)}, P&L per decision {_interval_dict(pnl)}: {decision}{powerless}")
 
 
 def _interval(interval) -> str:

@@ -328,9 +328,13 @@ class BabylonContext:
         return result
 
     # -- report -------------------------------------------------------------------------
-    def report(self, run: str) -> Path:
+    def report(self, run: str | None = None, improve: bool = False) -> Path:
+        """A run's page, or with `improve` the improve loop's (HOME/improve/report.html)."""
+        from babylon_rl.improve_report import write_improve_report
         from babylon_rl.report import write_report
 
-        path = write_report(self.home, run)
+        if improve == (run is not None):
+            raise ConfigError("report needs a RUN or --improve (the improve loop's page), not both")
+        path = write_improve_report(self.home) if improve else write_report(self.home, run)
         self.console.print(f"wrote {path}")
         return path

@@ -16,8 +16,13 @@ One iteration, each stage the same BabylonContext method its own command calls:
    database URL, on the candidate's trained_models row (deployed, or kept ready with the gate's
    figures; the champion it replaced archived).
 
+After the gate, HOME/improve/report.html (babylon_rl/improve_report.py) shows every iteration so far.
+With `every_minutes`, an iteration starts every so many minutes (at once when the last one ran
+over), `iterations` of them or, without it, until Ctrl-C or SIGTERM.
+
 HOME/improve/state.json says which stages of the current iteration finished. It is replaced by a
-rename after each stage, so a kill at any moment leaves it at a stage boundary; the next
+rename after each stage, so a kill at any moment leaves it at a stage boundary (Ctrl-C and SIGTERM
+inside a stage leave it at the stage's start); the next
 `improve` resumes at the first unfinished stage, and every stage is safe to run again: play
 continues after the newest window written (one transaction per batch of windows), build and
 dataset build are idempotent, train resumes from the run's last checkpoint. Two loops at once
@@ -27,11 +32,15 @@ are refused by the build's lock. Windows are the simulator's from `START`: a see
 from __future__ import annotations
 
 import json
+import math
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 from pydantic import BaseModel
@@ -43,6 +52,7 @@ from babylon_rl.evaluate.stats import ratio_interval, resample_indices
 if TYPE_CHECKING:
     from babylon_rl.context import BabylonContext
     from babylon_rl.dataset.params import BuildParams
+    from babylon_rl.evaluate.run import PolicyResult
 
 START = datetime(2025, 1, 1)
 STAGES = ("play", "build", "dataset", "train", "gate")
@@ -50,7 +60,8 @@ STAGES = ("play", "build", "dataset", "train", "gate")
 
 @dataclass(frozen=True)
 class ImproveOptions:
-    iterations: int = 3
+    iterations: int | None = 3  # run until this many are done; None: until stopped (with every_minutes)
+    every_minutes: float | None = None  # start an iteration every so many minutes; None: each right after the last
     windows: int = 60  # new windows per iteration
     agents: int = 10  # personas
     policy_agents: int = 2  # agents the champion plays
@@ -68,9 +79,19 @@ class ImproveOptions:
     device: str = "auto"
     seed: int = 0
 
+    @classmethod
+    def given(cls, iterations: int | None = None, every_minutes: float | None = None, **options) -> "ImproveOptions":
+        """The command line's options: neither --iterations nor --every is 3 iterations, one after the other;
+        --every alone has no end. A pace that is not a positive number of minutes is refused."""
+        if every_minutes is not None and not (math.isfinite(every_minutes) and every_minutes > 0):
+            raise ConfigError(f"--every must be a positive number of minutes, not {every_minutes:g}")
+        if iterations is None and every_minutes is None:
+            iterations = cls.iterations
+        return cls(iterations=iterations, every_minutes=every_minutes, **options)
+
     def fixed(self) -> dict:
-        """What a resumed loop must share with the one that started: everything but how many iterations to run."""
-        return {k: v for k, v in asdict(self).items() if k != "iterations"}
+        """What a resumed loop must share with the one that started: everything but how many iterations to run and how often."""
+        return {k: v for k, v in asdict(self).items() if k not in ("iterations", "every_minutes")}
 
 
 class Iteration(BaseModel):
@@ -79,7 +100,8 @@ class Iteration(BaseModel):
     candidate: str | None = None
     promoted: bool | None = None
     # the candidate minus the champion: direction accuracy and P&L per decision, with intervals; and whether the same
-    # decisions told the news rule from the best constant (False: the gate had no power; None: no headline to read)
+    # decisions told the news rule from the best constant (False: the gate had no power; None: no headline to read);
+    # under "candidate" and "champion", each one's own two figures with intervals
     gate: dict = {}
     play: dict = {}  # mean window P&L per agent of the policy agents and of each persona, with intervals
     seconds: dict[str, float] = {}
@@ -97,24 +119,79 @@ class ImproveState(BaseModel):
 
 
 def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveState:
-    """Run iterations until `options.iterations` are done, each from the first stage it has not finished."""
+    """Run iterations until `options.iterations` are done (or until stopped), each from the first stage it has not finished;
+    with `options.every_minutes`, each new one starts that long after the one before it started here."""
     path = ctx.home.root / "improve" / "state.json"
-    with locks.exclusive(path.with_name(".lock"), 0, refusal="another improve loop is running in this home ({holder} holds {path})"):
+    with locks.exclusive(path.with_name(".lock"), 0, refusal="another improve loop is running in this home ({holder} holds {path})"), \
+            _sigterm_as_interrupt():
         state = _load(path, options)
-        while True:
-            if not state.iterations or set(state.done) >= set(STAGES):
-                if len(state.iterations) >= options.iterations:
-                    break
-                state.iterations.append(Iteration(iteration=len(state.iterations), champion=state.champion))
-                state.done = []
-                _save(path, state)
-            for stage in STAGES:
-                if stage not in state.done:
-                    _run_stage(ctx, options, state, stage)
-                    state.done.append(stage)
-                    _save(path, state)
+        started = None
+        while _next_iteration(ctx, options, state, path, started):
+            started = time.monotonic()
+            _finish_iteration(ctx, options, state, path)
     ctx.console.improve_summary(state, path, ctx.home.root)
     return state
+
+
+def _next_iteration(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState, path: Path, started: float | None) -> bool:
+    """Whether an iteration is to run: the unfinished last one, or a new one (recorded once its time has come)."""
+    if state.iterations and not set(state.done) >= set(STAGES):
+        return True
+    if options.iterations is not None and len(state.iterations) >= options.iterations:
+        return False
+    if started is not None and options.every_minutes is not None:
+        _wait_until(ctx, len(state.iterations), started + options.every_minutes * 60)
+    state.iterations.append(Iteration(iteration=len(state.iterations), champion=state.champion))
+    state.done = []
+    _save(path, state)
+    return True
+
+
+def _wait_until(ctx: "BabylonContext", iteration: int, deadline: float) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return
+    ctx.console.improve_waiting(iteration, datetime.now() + timedelta(seconds=left))
+    try:
+        while left > 0:
+            time.sleep(left)
+            left = deadline - time.monotonic()
+    except KeyboardInterrupt as exc:
+        raise KeyboardInterrupt(f"stopped before iteration {iteration} began: {iteration} done, the same command goes on") from exc
+
+
+def _finish_iteration(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState, path: Path) -> None:
+    """The stages not done yet, state.json saved after each; then the report. An interrupt inside a stage leaves
+    state.json where the stage began, so the next call runs that stage again."""
+    from babylon_rl.improve_report import write_improve_report
+
+    for stage in STAGES:
+        if stage not in state.done:
+            try:
+                _run_stage(ctx, options, state, stage)
+            except KeyboardInterrupt as exc:
+                raise KeyboardInterrupt(f"stopped in iteration {state.current.iteration}'s {stage}: the same command "
+                                        f"resumes at that stage ({path})") from exc
+            state.done.append(stage)
+            _save(path, state)
+    ctx.console.improve_iteration_done(state.current, write_improve_report(ctx.home, state), ctx.home.root)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the loop as Ctrl-C does (training saves its checkpoint, state.json stays at a stage boundary)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _load(path, options: ImproveOptions) -> ImproveState:
@@ -221,8 +298,10 @@ def _gate(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState) -
                                       device=options.device, max_decisions_per_window=options.eval_decisions_per_window))
     versus = result.comparison["baseline"]
     design = result.design_check  # the news rule vs the best constant on the same decisions: had this gate any power?
+    by_role = {p.role: p for p in result.policies}
     it.gate = {"direction_accuracy": versus["direction_accuracy_diff"], "pnl_per_decision": versus["pnl_per_decision_diff"],
-               "could_recognise_news_rule": None if design is None else bool(design["beats_outside_interval"])}
+               "could_recognise_news_rule": None if design is None else bool(design["beats_outside_interval"]),
+               "candidate": _held_out(by_role["model"]), "champion": _held_out(by_role["baseline"])}
     it.promoted = bool(versus["beats_outside_interval"])
     replaced = state.champion
     if it.promoted:
@@ -233,6 +312,11 @@ def _gate(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState) -
     atomic.write_text(run_dir / "promotion.json", json.dumps(record, indent=2) + "\n")
     if ctx.database_url:
         _record_in_database(ctx.database_url, ctx.home.root, it, replaced)
+
+
+def _held_out(policy: "PolicyResult") -> dict:
+    """A policy's own held-out figures at the gate, with their intervals (the report plots them side by side)."""
+    return {key: policy.metrics[key].to_dict() for key in ("direction_accuracy", "pnl_per_decision")}
 
 
 def _record_in_database(url: str, home: Path, it: Iteration, replaced: str) -> None:

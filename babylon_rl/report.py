@@ -4,7 +4,8 @@ Plots are matplotlib figures inlined as SVG (no external assets, no scripts): wi
 agents over time, the P&L distribution per window, judge score against P&L (the run's
 dataset), reward and loss per step (metrics.csv), and the replay-eval table with its
 intervals (eval.json, when `cli.py eval` has run). Written to HOME/runs/RUN/report.html
-through a temp file and a rename.
+through a temp file and a rename. The improve loop's page (babylon_rl/improve_report.py) is made
+with the same figure and page helpers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from babylon_rl.train.runs import RunDir
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th:first-child,td:first-child{text-align:left}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}
-.note{color:#777}"""
+.note{color:#777}td.words{text-align:left}"""
 
 
 @dataclass(frozen=True)
@@ -241,14 +242,20 @@ def eval_html(evaluation: dict | None) -> str:
             + "".join(rows) + f"</table><ul>{comparisons}</ul>")
 
 
-METRICS_HTML = (
-    "<ul><li><b>direction accuracy</b>: the share of decisions whose action was right about what the market did next "
-    "(a buy when the stock then rose more than the threshold, a sell when it fell, a bet on the side that won, a hold when nothing moved).</li>"
-    "<li><b>P&amp;L per decision</b>: the dollars the answer would have made, each trade marked to the window's end price and each bet "
-    "settled by its market, averaged over decisions (hold and invalid answers: 0).</li>"
-    "<li><b>valid</b>: the share of answers that parse as an action on a stock or market of that window.</li>"
-    "<li>The brackets are 95 % bootstrap intervals over held-out windows; a difference counts only when its own paired interval excludes 0.</li></ul>"
-)
+METRIC_SENTENCES = {
+    "direction accuracy": "the share of decisions whose action was right about what the market did next "
+                          "(a buy when the stock then rose more than the threshold, a sell when it fell, a bet on the side that won, a hold when nothing moved).",
+    "P&amp;L per decision": "the dollars the answer would have made, each trade marked to the window's end price and each bet "
+                            "settled by its market, averaged over decisions (hold and invalid answers: 0).",
+    "valid": "the share of answers that parse as an action on a stock or market of that window.",
+}
+INTERVAL_SENTENCE = "The brackets are 95 % bootstrap intervals over held-out windows; a difference counts only when its own paired interval excludes 0."
+
+
+def metrics_html(names: tuple[str, ...] = tuple(METRIC_SENTENCES), extra: tuple[str, ...] = (), intervals: str = INTERVAL_SENTENCE) -> str:
+    """One sentence per metric (`extra`: more, as HTML), then how to read the intervals."""
+    items = [f"<li><b>{name}</b>: {METRIC_SENTENCES[name]}</li>" for name in names] + [f"<li>{e}</li>" for e in extra]
+    return f"<ul>{''.join(items)}<li>{intervals}</li></ul>"
 
 
 def verdict_html(evaluation: dict) -> str:
@@ -269,7 +276,7 @@ def verdict_html(evaluation: dict) -> str:
     return f"<p class='verdict'><b>Learning NOT shown</b>: {reason}.</p>" + design
 
 
-def _section(title: str, svg: str | None, caption: str) -> str:
+def section(title: str, svg: str | None, caption: str) -> str:
     body = svg if svg else '<p class="note">no data</p>'
     return f"<section><h2>{html.escape(title)}</h2><figure>{body}<figcaption>{html.escape(caption)}</figcaption></figure></section>"
 
@@ -277,23 +284,31 @@ def _section(title: str, svg: str | None, caption: str) -> str:
 def render(data: RunData) -> str:
     c = data.config
     sections = [
-        _section("Held-out results by policy", policies_plot(data.eval),
+        section("Held-out results by policy", policies_plot(data.eval),
                  "Compared to what, and how sure? Each policy's value on the held-out windows with its 95 % interval; green is the trained model."),
-        _section("Held-out curve", heldout_curve_plot(data.curve),
+        section("Held-out curve", heldout_curve_plot(data.curve),
                  "Did it learn, step by step? Held-out accuracy and P&L after each number of training steps (bench/bench_learning.py)."),
-        _section("Training curves", curves_plot(data.metrics),
+        section("Training curves", curves_plot(data.metrics),
                  f"What training saw, per step ({len(data.metrics)} steps of metrics.csv): faint raw values, bold the trailing mean."),
-        _section("Windows and agents over time", windows_plot(data.dataset), "Agents per window (bars) and trajectories kept in the dataset (dots), by split."),
-        _section("P&L per window", pnl_plot(data.dataset), "How much the logged agents' P&L differed within each window: the spread a judge and a learner work with."),
-        _section("Judge score vs P&L", score_plot(data.dataset), "One dot per trajectory: the judge's score against its realised P&L."),
+        section("Windows and agents over time", windows_plot(data.dataset), "Agents per window (bars) and trajectories kept in the dataset (dots), by split."),
+        section("P&L per window", pnl_plot(data.dataset), "How much the logged agents' P&L differed within each window: the spread a judge and a learner work with."),
+        section("Judge score vs P&L", score_plot(data.dataset), "One dot per trajectory: the judge's score against its realised P&L."),
     ]
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>babylon-rl run {html.escape(data.name)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>Run {html.escape(data.name)}</h1>"
-            f"<p>dataset {html.escape(str(c.get('dataset')))}, base model {html.escape(str(c.get('base_model')))}, "
-            f"backend {html.escape(str(c.get('backend')))}, learning rate {c.get('learning_rate')}; generated {created}.</p>"
-            f"<section><h2>Replay evaluation on held-out windows</h2>{eval_html(data.eval)}{METRICS_HTML}</section>"
-            + "".join(sections) + "</body></html>\n")
+    return page(f"babylon-rl run {data.name}", f"Run {data.name}",
+                f"<p>dataset {html.escape(str(c.get('dataset')))}, base model {html.escape(str(c.get('base_model')))}, "
+                f"backend {html.escape(str(c.get('backend')))}, learning rate {c.get('learning_rate')}; generated {_now()}.</p>"
+                f"<section><h2>Replay evaluation on held-out windows</h2>{eval_html(data.eval)}{metrics_html()}</section>"
+                + "".join(sections))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def page(title: str, heading: str, body: str) -> str:
+    """A whole self-contained page: the style inline, no scripts, no external assets."""
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(heading)}</h1>{body}</body></html>\n")
 
 
 def write_report(home: Home, name: str) -> Path:

@@ -1,4 +1,5 @@
-"""`cli.py improve`: the closed loop on the tiny model: its stages, its resume after kill -9, its gate and its records."""
+"""`cli.py improve`: the closed loop on the tiny model: its stages, its resume after kill -9, its gate and its records;
+with made-up stages (tests/improve_factory.py), its report, its pace (--every) and its resume after Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import duckdb
 import psycopg
 import pytest
 
+from babylon_rl import improve
 from babylon_rl.context import BabylonContext
 from babylon_rl.improve import ImproveOptions, run_improve
+from tests.improve_factory import record_stage
 from tests.train_support import build_template, install
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -100,6 +103,10 @@ def test_the_loop_plays_trains_and_records_each_iteration(template, home, run_cl
     powerless = "(this gate could not recognise even the news rule)" in result.output
     assert powerless == (it["gate"]["could_recognise_news_rule"] is False)
     assert state["done"] == ["play", "build", "dataset", "train", "gate"]
+    # the gate's own figures for each side, and the loop's page written after it
+    assert set(it["gate"]["candidate"]) == set(it["gate"]["champion"]) == {"direction_accuracy", "pnl_per_decision"}
+    page = (home / "improve" / "report.html").read_text()
+    assert page.count("<svg") == 2 and "<td>0</td><td>tiny</td>" in page and "<td>kept the champion</td>" in page
     promotion = json.loads((home / "runs" / "improve-000" / "promotion.json").read_text())
     assert promotion["promoted"] is False and promotion["champion_after"] == "tiny"
     trajectories, _ = _game_rows(home)
@@ -146,3 +153,112 @@ def test_a_second_loop_in_the_same_home_is_refused(home, run_cli):
         result = run_cli("improve", "--iterations", "1", *SMALL)
     assert result.exit_code == 2 and "another improve loop is running in this home" in result.output
     assert not (home / "improve" / "state.json").exists()
+
+
+# -- made-up stages: the loop's own logic in no time -------------------------------------
+class _Clock:
+    """Stands in for the time module in babylon_rl/improve.py: sleeping moves the clock on, and each stage takes `stage_seconds`."""
+
+    def __init__(self, stage_seconds: float = 0.0, stop_after_sleeps: int | None = None) -> None:
+        self.now, self.stage_seconds, self.stop_after_sleeps = 1000.0, stage_seconds, stop_after_sleeps
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        if self.stop_after_sleeps is not None and len(self.sleeps) >= self.stop_after_sleeps:
+            raise KeyboardInterrupt  # Ctrl-C while the loop waits for the next iteration
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def made_up(monkeypatch):
+    """Every stage only records made-up figures (and takes the clock's stage_seconds); returns the clock and the stages run."""
+    clock, ran = _Clock(), []
+
+    def stage(ctx, options, state, name):
+        assert state.current.iteration < 20, "the loop did not stop"  # rather than hang when pacing breaks
+        ran.append((state.current.iteration, name))
+        clock.now += clock.stage_seconds
+        record_stage(state.current, name)
+
+    monkeypatch.setattr(improve, "_run_stage", stage)
+    monkeypatch.setattr(improve, "time", clock)
+    return clock, ran
+
+
+def test_each_iteration_writes_the_report_of_the_loop_so_far(home, run_cli, made_up):
+    result = run_cli("improve", "--iterations", "2", *SMALL)
+    assert result.exit_code == 0, result.output
+    report = home / "improve" / "report.html"
+    assert result.output.count(f"wrote {report}") == 2  # after each iteration's gate
+    text = report.read_text()
+    assert text.count("<svg") == 2 and '<table id="iterations">' in text
+    assert "<td>1</td><td>tiny</td><td>runs/improve-001/merged</td><td>kept the champion</td>" in text
+    assert "<b>Verdict.</b> The policy agents&#x27; mean window P&amp;L went from +0.00 [-4.00, +4.00] in iteration 0" in text
+    assert _state(home)["iterations"][1]["gate"]["candidate"]["direction_accuracy"]["value"] == 0.4
+
+
+def test_every_starts_an_iteration_every_so_many_minutes_and_stops_after_iterations(home, run_cli, made_up):
+    clock, _ = made_up
+    result = run_cli("improve", "--iterations", "2", "--every", "1", *SMALL)
+    assert result.exit_code == 0, result.output
+    assert clock.sleeps == [60.0]  # between the two, none after the last
+    assert "iteration 1 starts at" in result.output and len(_state(home)["iterations"]) == 2
+
+    clock.stage_seconds, clock.sleeps = 20.0, []  # an iteration of 100 s ran over the minute: the next starts at once
+    result = run_cli("improve", "--iterations", "4", "--every", "1", *SMALL)
+    assert result.exit_code == 0, result.output
+    assert clock.sleeps == [] and len(_state(home)["iterations"]) == 4
+
+    clock.stage_seconds = 6.0  # 30 s an iteration: each waits the other 30 s
+    result = run_cli("improve", "--iterations", "6", "--every", "1", *SMALL)
+    assert result.exit_code == 0, result.output
+    assert clock.sleeps == [30.0]
+
+
+def test_every_alone_runs_until_interrupted_and_leaves_the_state_at_an_iteration_boundary(home, run_cli, made_up):
+    clock, _ = made_up
+    clock.stop_after_sleeps = 2
+    result = run_cli("improve", "--every", "0.5", *SMALL)
+    assert result.exit_code == 130 and "stopped before iteration 3 began: 3 done, the same command goes on" in result.output
+    state = _state(home)
+    assert len(state["iterations"]) == 3 and state["done"] == list(improve.STAGES)  # no 4th begun while it waited
+    assert clock.sleeps == [30.0, 30.0]
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupt_inside_a_stage_resumes_at_that_stage(home, run_cli, made_up, monkeypatch, how):
+    clock, ran = made_up
+    record = improve._run_stage
+
+    def interrupted_in_train(ctx, options, state, name):  # before the stage records anything
+        if name == "train":
+            if how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)  # the handler raises in here
+            raise KeyboardInterrupt
+        record(ctx, options, state, name)
+
+    monkeypatch.setattr(improve, "_run_stage", interrupted_in_train)
+    result = run_cli("improve", "--iterations", "1", *SMALL)
+    assert result.exit_code == 130
+    assert "stopped in iteration 0's train: the same command resumes at that stage" in result.output
+    assert _state(home)["done"] == ["play", "build", "dataset"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # given back
+
+    monkeypatch.setattr(improve, "_run_stage", record)
+    ran.clear()
+    result = run_cli("improve", "--iterations", "1", *SMALL)
+    assert result.exit_code == 0, result.output
+    assert ran == [(0, "train"), (0, "gate")] and _state(home)["done"] == list(improve.STAGES)
+
+
+@pytest.mark.parametrize("every", ["0", "-5", "nan", "inf"])
+def test_a_pace_that_is_no_positive_number_of_minutes_is_refused_in_one_line(home, run_cli, every):
+    result = run_cli("improve", "--every", every, *SMALL)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"Error: --every must be a positive number of minutes, not {float(every):g}"]
+    assert not (home / "improve").exists()
