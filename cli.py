@@ -582,9 +582,11 @@ def report(obj: BabylonContext, run: str | None, improve: bool) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0: nothing to learn, no candidate may be promoted.")
+@click.option("--objective", type=click.Choice(["counterfactual", "grpo"]), default="counterfactual", show_default=True,
+              help="Every menu answer priced (counterfactual), or k sampled answers per decision (grpo, 2-3x slower a step).")
 @click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps per iteration.")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=8, show_default=True, help="Decisions per training step.")
-@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (the GRPO group).")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=16, show_default=True, help="Decisions per training step.")
+@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (grpo's group).")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
               help="Held-out decisions replayed per window at the gate.")

@@ -8,7 +8,8 @@ One iteration, each stage the same BabylonContext method its own command calls:
 2. build (incremental);
 3. dataset `improve-NNN` over every window so far, split by time: its eval split is the newest
    windows, which neither the candidate nor the champion trained on;
-4. train: GRPO on the policy's own answers, from the champion, merged into `runs/improve-NNN/merged`;
+4. train: on the policy's own answers to the train decisions, priced by what the market did (`objective`:
+   every menu answer, or GRPO's k samples), from the champion, merged into `runs/improve-NNN/merged`;
 5. gate: replay eval of the candidate against the champion (its baseline) on the eval split; it is
    promoted only when it beats the champion beyond the interval on direction accuracy AND P&L per
    decision (`EvalResult.comparison["baseline"]`);
@@ -67,9 +68,10 @@ class ImproveOptions:
     policy_agents: int = 2  # agents the champion plays
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: nothing to learn, no candidate may be promoted
+    objective: str = "counterfactual"  # or grpo: same reward, k sampled answers instead of every menu answer (2-3x a step)
     steps: int = 12  # training steps per iteration
-    groups_per_step: int = 8
-    samples: int = 8
+    groups_per_step: int = 16
+    samples: int = 8  # grpo only
     learning_rate: float = 3e-4
     kl_coef: float = 0.02
     validation_fraction: float = 0.1
@@ -278,7 +280,8 @@ def _train(ctx: "BabylonContext", options: ImproveOptions, it: Iteration) -> str
     name = _name(it.iteration)
     resume = bool(RunDir.for_run(ctx.home, name).checkpoint_steps())
     result = ctx.train(dataset=name, run_name=name, backend="torch", base_model=it.champion, on_policy=True, merge=True,
-                       learning_rate=options.learning_rate, groups_per_step=options.groups_per_step, max_steps=options.steps,
+                       objective=options.objective, learning_rate=options.learning_rate,
+                       groups_per_step=options.groups_per_step, max_steps=options.steps,
                        samples=options.samples, kl_coef=options.kl_coef, inner_epochs=2, seed=options.seed,
                        device=options.device, resume=resume or None)
     return _in_home(ctx, result.merged)
