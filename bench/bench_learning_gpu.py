@@ -148,10 +148,9 @@ def worker(args) -> None:
         out.write_text(json.dumps(record))
         print(f"{config.name}: checkpoint {step} in {time.time() - began:.1f} s", flush=True)
 
-    eval_reserve = 0.0
     step = 0
     checkpoint(0)
-    eval_reserve = record["checkpoints"][0]["seconds"] * 1.5
+    eval_reserve = record["checkpoints"][0]["seconds"] * 1.5  # the last checkpoint must end before the deadline
     while time.time() + eval_reserve < args.deadline:
         result = trainer.train_step([pack["train"][i] for i in schedule.batch(step)])
         step += 1
