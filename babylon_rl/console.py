@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from babylon_rl.evaluate.stats import interval_text
 from babylon_rl.settings import mask_url
 
 if TYPE_CHECKING:
@@ -321,7 +322,7 @@ class TerminalConsole(Console):
             table.add_row(f"persona {persona}", _interval(mean), "", "", "")
         self.print(table)
         for c in result.comparisons:
-            self.print(f"{c['a']} - {c['b']}: {_interval_dict(c['difference'])} per agent and window: {c['verdict']}")
+            self.print(f"{c['a']} - {c['b']}: {interval_text(c['difference'])} per agent and window: {c['verdict']}")
         self.print(f"wrote {result.path}")
 
 
@@ -339,7 +340,7 @@ class TerminalConsole(Console):
         for column in ("iteration", "champion (played)", "policy agents", *personas):
             table.add_column(column, overflow="fold")
         for it in state.iterations:
-            table.add_row(str(it.iteration), _in_home(it.champion, home), _interval_dict(it.play["policy"]) if "policy" in it.play else "",
+            table.add_row(str(it.iteration), _in_home(it.champion, home), interval_text(it.play["policy"]) if "policy" in it.play else "",
                           *[f"{it.play[p]['value']:+,.2f}" if p in it.play else "" for p in personas])
         self.print(table)
         for it in state.iterations:
@@ -357,15 +358,11 @@ def _gate_line(it: Iteration, home: Path) -> str:
     decision = f"promoted {_in_home(it.candidate, home)}" if it.promoted else f"kept {_in_home(it.champion, home)}"
     powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
     return (f"iteration {it.iteration} gate, candidate - champion on held-out windows: direction accuracy "
-            f"{_interval_dict(acc, 3)}, P&L per decision {_interval_dict(pnl)}: {decision}{powerless}")
+            f"{interval_text(acc, 3)}, P&L per decision {interval_text(pnl)}: {decision}{powerless}")
 
 
 def _interval(interval) -> str:
-    return _interval_dict(interval.to_dict()) if interval else ""
-
-
-def _interval_dict(d: dict, digits: int = 2) -> str:
-    return f"{d['value']:+,.{digits}f} [{d['low']:+,.{digits}f}, {d['high']:+,.{digits}f}]"
+    return interval_text(interval.to_dict()) if interval else ""
 
 
 def _window_table(frame: pl.DataFrame) -> Table:

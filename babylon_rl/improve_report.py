@@ -14,6 +14,7 @@ from pathlib import Path
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.stats import interval_text
 from babylon_rl.improve import STAGES, ImproveState, Iteration
 from babylon_rl.report import _figure, _now, _svg, _use_agg, metrics_html, page, section
 from babylon_rl.settings import Home
@@ -98,10 +99,6 @@ def gate_plot(state: ImproveState) -> str | None:
 
 
 # -- words ------------------------------------------------------------------------------
-def _interval(figure: dict, digits: int = 2) -> str:
-    return f"{figure['value']:+,.{digits}f} [{figure['low']:+,.{digits}f}, {figure['high']:+,.{digits}f}]"
-
-
 def gate_reason(it: Iteration) -> str:
     """Why the candidate was promoted or not, in words."""
     if it.promoted is None:
@@ -118,8 +115,8 @@ def gate_reason(it: Iteration) -> str:
 
 def _missed(diff: dict, label: str, digits: int) -> str:
     if diff["high"] < 0:
-        return f"the candidate was worse on {label} beyond the interval ({_interval(diff, digits)})"
-    return f"the difference in {label} stayed inside its interval ({_interval(diff, digits)} includes 0)"
+        return f"the candidate was worse on {label} beyond the interval ({interval_text(diff, digits)})"
+    return f"the difference in {label} stayed inside its interval ({interval_text(diff, digits)} includes 0)"
 
 
 def _beyond(a: dict, b: dict) -> int:
@@ -140,11 +137,11 @@ def verdict(state: ImproveState) -> str:
 def _rise(first: Iteration, last: Iteration) -> str:
     start, end = first.play["policy"], last.play["policy"]
     if first is last:
-        return f"Only iteration {first.iteration} has been played ({_interval(start)}): there is no rise to measure yet."
+        return f"Only iteration {first.iteration} has been played ({interval_text(start)}): there is no rise to measure yet."
     how = {1: "rose beyond the interval", -1: "fell beyond the interval",
            0: "did not rise beyond the interval (the two intervals overlap)"}[_beyond(end, start)]
-    return (f"The policy agents' mean window P&L went from {_interval(start)} in iteration {first.iteration} to "
-            f"{_interval(end)} in iteration {last.iteration}: it {how}.")
+    return (f"The policy agents' mean window P&L went from {interval_text(start)} in iteration {first.iteration} to "
+            f"{interval_text(end)} in iteration {last.iteration}: it {how}.")
 
 
 def _against_personas(last: Iteration) -> str:
@@ -152,7 +149,7 @@ def _against_personas(last: Iteration) -> str:
     parts = []
     for persona in (p for p in REFERENCES if p in last.play):
         side = {1: "above", -1: "below", 0: "not distinguishable from"}[_beyond(policy, last.play[persona])]
-        parts.append(f"{side} {persona} ({_interval(last.play[persona])})")
+        parts.append(f"{side} {persona} ({interval_text(last.play[persona])})")
     if not parts:
         return f"Iteration {last.iteration} had no random or contrarian persona to compare with."
     return f"In iteration {last.iteration}, by whether the intervals overlap, they end {' and '.join(parts)}."
