@@ -18,7 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from babylon_rl.evaluate.stats import interval_text
 from babylon_rl.settings import mask_url
 
 if TYPE_CHECKING:
@@ -363,6 +362,11 @@ def _gate_line(it: Iteration, home: Path) -> str:
 
 def _interval(interval) -> str:
     return interval_text(interval.to_dict()) if interval else ""
+
+
+def interval_text(figure: dict, digits: int = 2) -> str:
+    """An interval as `Interval.to_dict` writes it, for people: `+0.117 [-0.050, +0.283]`."""
+    return f"{figure['value']:+,.{digits}f} [{figure['low']:+,.{digits}f}, {figure['high']:+,.{digits}f}]"
 
 
 def _window_table(frame: pl.DataFrame) -> Table:

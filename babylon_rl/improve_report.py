@@ -13,8 +13,8 @@ import html
 from pathlib import Path
 
 from babylon_rl import atomic
+from babylon_rl.console import interval_text
 from babylon_rl.errors import ConfigError
-from babylon_rl.evaluate.stats import interval_text
 from babylon_rl.improve import STAGES, ImproveState, Iteration
 from babylon_rl.report import _figure, _now, _svg, _use_agg, metrics_html, page, section
 from babylon_rl.settings import Home

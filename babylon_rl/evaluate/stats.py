@@ -25,11 +25,6 @@ class Interval:
         return {"value": self.value, "low": self.low, "high": self.high}
 
 
-def interval_text(figure: dict, digits: int = 2) -> str:
-    """An interval as `Interval.to_dict` writes it, for people: `+0.117 [-0.050, +0.283]`."""
-    return f"{figure['value']:+,.{digits}f} [{figure['low']:+,.{digits}f}, {figure['high']:+,.{digits}f}]"
-
-
 def resample_indices(windows: int, resamples: int, seed: int) -> np.ndarray:
     """(resamples, windows) window indices drawn with replacement; the same for a seed."""
     return np.random.default_rng([seed, windows]).integers(0, windows, size=(resamples, windows))
