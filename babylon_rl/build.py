@@ -465,6 +465,25 @@ def write_exports(query: Callable[[str], list], exports: Path, marts: tuple[str,
     return [str(target) for target in written.values()]
 
 
+def write_spark_exports(spark, exports: Path, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
+    """The spark gateway's marts as exports/MART.parquet (one file each, as write_exports writes them):
+    every file to a temp file first, then all renamed."""
+    import pyarrow.parquet as pq
+
+    exports.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for mart in marts:
+        if not spark.catalog.tableExists(f"{MART_SCHEMA}.{mart}"):
+            continue
+        target = exports / f"{mart}.parquet"
+        tmp = target.with_suffix(".parquet.tmp")
+        pq.write_table(spark.table(f"{MART_SCHEMA}.{mart}").toArrow(), tmp, compression="zstd")
+        written[tmp] = target
+    for tmp, target in written.items():
+        tmp.replace(target)
+    return [str(target) for target in written.values()]
+
+
 def refuse_half_built(home: Home) -> None:
     """Raise when the newest build did not finish (warehouse.refuse_half_built)."""
     conn = warehouse.connect(home, read_only=True)

@@ -8,8 +8,11 @@ variable (see config.py):
 
   duckdb    DuckDB's JSON type and TRY_CAST: a JSON value is text, a JSON array is JSON[].
   postgres  jsonb, and the small functions in schema babylon_rl created by
-            @create_postgres_helpers() (config `before_all`), because PostgreSQL 15 has no
+            @prepare_engine() (config `before_all`), because PostgreSQL 15 has no
             non-failing JSON parse.
+  spark     JSON as text, like DuckDB: read with get_json_object / from_json, typed with
+            try_parse_json's VARIANT where its JSON type matters; a JSON array is ARRAY<STRING>.
+            @prepare_engine() declares raw.* as views over the lake's Parquet files.
 
 JSON values are handled as opaque values: build them with @json_array / @json_value,
 read them with @json_text / @json_kind, render them with CAST(... AS TEXT).
@@ -94,6 +97,38 @@ def _postgres(evaluator) -> bool:
     return evaluator.var("sql_engine", "duckdb") == "postgres"
 
 
+def _spark(evaluator) -> bool:
+    return evaluator.var("sql_engine", "duckdb") == "spark"
+
+
+def _spark_sql(evaluator, sql: str) -> exp.Expression:
+    """A Spark SQL expression, as a node SQLMesh renders for the gateway unchanged."""
+    return exp.maybe_parse(sql, dialect="spark")
+
+
+def _spark_path(keys: list[str]) -> str:
+    return "$" + "".join(f".{key}" for key in keys)  # the models' keys are plain names
+
+
+# The JSON type of a VARIANT, named as the other gateways name it.
+_SPARK_KIND = """CASE WHEN {v} IS NULL THEN NULL
+                      WHEN schema_of_variant({v}) LIKE 'OBJECT%' THEN 'object'
+                      WHEN schema_of_variant({v}) LIKE 'ARRAY%' THEN 'array'
+                      WHEN schema_of_variant({v}) = 'STRING' THEN 'string'
+                      WHEN schema_of_variant({v}) = 'BOOLEAN' THEN 'boolean'
+                      WHEN schema_of_variant({v}) = 'VOID' THEN 'null'
+                      ELSE 'number' END"""
+
+
+def spark_kind(variant_sql: str) -> str:
+    return _SPARK_KIND.format(v=variant_sql)
+
+
+def spark_quote(text_sql: str) -> str:
+    """Text as a JSON string literal: to_json of a one-element array, without its brackets."""
+    return f"regexp_extract(to_json(array(CAST({text_sql} AS STRING))), '^\\[(.*)\\]$', 1)"
+
+
 def _helper(name: str, *args: exp.Expression) -> exp.Expression:
     # schema-qualified as a Dot of an identifier and a function: an Anonymous named
     # "babylon_rl.x" would be rendered as one upper-cased, quoted identifier.
@@ -116,9 +151,13 @@ def _duckdb_path(keys: list[str]) -> exp.Literal:
 
 
 @macro()
-def create_postgres_helpers(evaluator):
-    """`before_all` statements: on PostgreSQL, create the helper functions above; on DuckDB,
-    keep extension auto-install off for the run (the warehouse never touches the network)."""
+def prepare_engine(evaluator):
+    """`before_all` statements: on PostgreSQL, create the helper functions above; on Spark, the raw
+    tables as views over the lake; on DuckDB, keep extension auto-install off for the run (the
+    warehouse never touches the network)."""
+    if _spark(evaluator):
+        from macros.lake import raw_views
+        return [exp.maybe_parse(sql, dialect="spark") for sql in raw_views(evaluator.var("lake"), evaluator.var("raw_schema"))]
     if _postgres(evaluator):
         # one statement per blank-line separated block of POSTGRES_HELPERS
         statements = [part.strip().rstrip(";") for part in POSTGRES_HELPERS.split("\n\n") if part.strip()]
@@ -131,6 +170,9 @@ def json_array(evaluator, doc):
     """The elements of a JSON array (text or JSON) as a list; NULL unless `doc` is a valid JSON array."""
     if _postgres(evaluator):
         return _helper("json_array", doc)
+    if _spark(evaluator):
+        d = doc.sql("spark")
+        return _spark_sql(evaluator, f"CASE WHEN json_array_length({d}) IS NOT NULL THEN from_json({d}, 'ARRAY<STRING>') END")
     return exp.TryCast(this=doc, to=exp.DataType.build("JSON[]", dialect="duckdb"))
 
 
@@ -140,6 +182,8 @@ def json_value(evaluator, doc, *keys):
     names = _keys(keys)
     if _postgres(evaluator):
         return _fn("jsonb_extract_path", doc, *map(exp.Literal.string, names))
+    if _spark(evaluator):  # JSON text, strings kept quoted, as DuckDB's json_extract
+        return _spark_sql(evaluator, f"to_json(variant_get(try_parse_json({doc.sql('spark')}), '{_spark_path(names)}'))")
     return _fn("json_extract", doc, _duckdb_path(names))
 
 
@@ -149,6 +193,8 @@ def json_text(evaluator, doc, *keys):
     names = _keys(keys)
     if _postgres(evaluator):
         return _fn("jsonb_extract_path_text", doc, *map(exp.Literal.string, names))
+    if _spark(evaluator):
+        return _fn("get_json_object", doc, exp.Literal.string(_spark_path(names)))
     return _fn("json_extract_string", doc, _duckdb_path(names))
 
 
@@ -157,6 +203,8 @@ def json_kind(evaluator, doc):
     """The JSON type of a value: 'object', 'array', 'string', 'number', 'boolean', 'null'; NULL when missing."""
     if _postgres(evaluator):
         return _fn("jsonb_typeof", doc)
+    if _spark(evaluator):
+        return _spark_sql(evaluator, spark_kind(f"try_parse_json({doc.sql('spark')})"))
     return evaluator.parse_one(
         f"""CASE json_type({doc.sql("duckdb")})
               WHEN 'OBJECT' THEN 'object' WHEN 'ARRAY' THEN 'array' WHEN 'VARCHAR' THEN 'string'
@@ -171,6 +219,8 @@ def json_quote(evaluator, text):
     """Text as a JSON string literal (quoted and escaped), for assembling JSON text."""
     if _postgres(evaluator):
         return exp.cast(_fn("to_jsonb", exp.cast(text, "TEXT")), "TEXT")
+    if _spark(evaluator):
+        return _spark_sql(evaluator, f"CASE WHEN {text.sql('spark')} IS NOT NULL THEN {spark_quote(text.sql('spark'))} END")
     return exp.cast(_fn("to_json", exp.cast(text, "VARCHAR")), "VARCHAR")
 
 
@@ -178,6 +228,7 @@ def json_quote(evaluator, text):
 # (json_transform parses the text once; the helpers below are list functions, no JSON is
 # parsed again), on PostgreSQL the jsonb array.
 CHAT_TURNS_STRUCTURE = '[{"role":"VARCHAR","content":"VARCHAR"}]'
+SPARK_CHAT_TURNS = "ARRAY<STRUCT<role: STRING, content: STRING>>"
 
 
 @macro()
@@ -185,6 +236,8 @@ def chat_turns_of(evaluator, llm_call):
     """The `messages` of a call parsed by @parse_step_calls, as chat turns; NULL unless an array."""
     if _postgres(evaluator):
         return _helper("json_chat", _fn("jsonb_extract_path", llm_call, exp.Literal.string("messages")))
+    if _spark(evaluator):
+        return _spark_sql(evaluator, f"{llm_call.sql('spark')}.messages")
     return _fn("struct_extract", llm_call, exp.Literal.string("messages"))
 
 
@@ -193,6 +246,9 @@ def chat_turns_from_text(evaluator, text):
     """A messages JSON text as chat turns; NULL unless it is a JSON array."""
     if _postgres(evaluator):
         return _helper("json_chat", _helper("try_jsonb", exp.cast(text, "TEXT")))
+    if _spark(evaluator):
+        t = text.sql("spark")
+        return _spark_sql(evaluator, f"CASE WHEN json_array_length({t}) IS NOT NULL THEN from_json({t}, '{SPARK_CHAT_TURNS}') END")
     return evaluator.parse_one(f"TRY(json_transform({text.sql('duckdb')}, '{CHAT_TURNS_STRUCTURE}'))")
 
 
@@ -201,6 +257,8 @@ def system_turn_content(evaluator, turns):
     """The content of the first system turn; NULL when there is none."""
     if _postgres(evaluator):
         return _helper("json_system_turn", turns)
+    if _spark(evaluator):
+        return _spark_sql(evaluator, f"try_element_at(filter({turns.sql('spark')}, turn -> turn.role = 'system'), 1).content")
     return evaluator.parse_one(f"list_filter({turns.sql('duckdb')}, turn -> turn.role = 'system')[1].content")
 
 
@@ -209,6 +267,13 @@ def non_system_turns_json(evaluator, turns):
     """The turns other than system ones as JSON text [{"role": ..., "content": ...}, ...]; NULL for NULL turns."""
     if _postgres(evaluator):
         return _helper("json_drop_system_turns", turns)
+    if _spark(evaluator):
+        as_json = "coalesce({}, 'null')".format
+        turn_json = (f"""'{{"role": ' || {as_json(spark_quote('turn.role'))} || ', "content": ' """
+                     f"""|| {as_json(spark_quote('turn.content'))} || '}}'""")
+        turns_sql = turns.sql("spark")
+        return _spark_sql(evaluator, f"""'[' || array_join(transform(filter({turns_sql}, turn -> turn.role IS DISTINCT FROM 'system'),
+                                                               turn -> {turn_json}), ', ') || ']'""")
     as_json = "COALESCE(CAST(to_json({}) AS VARCHAR), 'null')"
     turn_json = f"""'{{"role": ' || {as_json.format('turn.role')} || ', "content": ' || {as_json.format('turn.content')} || '}}'"""
     return evaluator.parse_one(
@@ -222,11 +287,18 @@ _NUMBER = r"^\s*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$"
 _INTEGER = r"^\s*-?[0-9]{1,18}\s*$"
 
 
+def _spark_double(text_sql: str) -> str:
+    """Spark's try_cast, except that it also takes Java's "1.5d" and "2f", which DuckDB's TRY_CAST refuses."""
+    return f"CASE WHEN NOT {text_sql} RLIKE '[dDfF] *$' THEN try_cast({text_sql} AS DOUBLE) END"
+
+
 @macro()
 def safe_double(evaluator, text):
     """Text to DOUBLE, NULL when it is not a number."""
     if _postgres(evaluator):
         return _guarded_cast(text, _NUMBER, "DOUBLE PRECISION")
+    if _spark(evaluator):
+        return _spark_sql(evaluator, _spark_double(text.sql("spark")))
     return exp.TryCast(this=text, to=exp.DataType.build("DOUBLE"))
 
 
@@ -235,6 +307,8 @@ def safe_int(evaluator, text):
     """Text to BIGINT, NULL when it is not an integer."""
     if _postgres(evaluator):
         return _guarded_cast(text, _INTEGER, "BIGINT")
+    if _spark(evaluator):  # as DuckDB's TRY_CAST: "1.5" is 2, "1e3" is 1000
+        return _spark_sql(evaluator, f"try_cast(round({_spark_double(text.sql('spark'))}) AS BIGINT)")
     return exp.TryCast(this=text, to=exp.DataType.build("BIGINT"))
 
 
@@ -250,6 +324,10 @@ def json_array_missing_key(evaluator, doc, key):
     if _postgres(evaluator):
         return _helper("json_array_missing_key", doc, key)
     name = _keys([key])[0]
+    if _spark(evaluator):
+        d = doc.sql("spark")
+        return _spark_sql(evaluator, f"""coalesce(json_array_length({d}) - size(filter(from_json({d}, 'ARRAY<STRING>'),
+                                                   element -> get_json_object(element, '$.{name}') IS NOT NULL)), 0)""")
     return evaluator.parse_one(
         f"""COALESCE(json_array_length({doc.sql("duckdb")})
               - len(list_filter(json_extract_string({doc.sql("duckdb")}, '$[*]."{name}"'), value -> value IS NOT NULL)), 0)"""
@@ -261,7 +339,7 @@ def json_length(evaluator, doc):
     """The number of elements of a JSON array."""
     if _postgres(evaluator):
         return _fn("jsonb_array_length", doc)
-    return _fn("json_array_length", doc)
+    return _fn("json_array_length", doc)  # Spark's has the same name
 
 
 @macro()
@@ -269,6 +347,9 @@ def json_parse(evaluator, text):
     """Text parsed as JSON; NULL when it is not valid JSON."""
     if _postgres(evaluator):
         return _helper("try_jsonb", exp.cast(text, "TEXT"))
+    if _spark(evaluator):  # JSON stays text on Spark, as on DuckDB: kept when it parses
+        t = text.sql("spark")
+        return _spark_sql(evaluator, f"CASE WHEN try_parse_json({t}) IS NOT NULL THEN {t} END")
     # TRY_CAST as well as the guard: the optimizer may evaluate the cast before the CASE filters
     # (a malformed messagesJson such as "[" failed the whole llm_calls model).
     return evaluator.parse_one(f"CASE WHEN json_valid({text.sql('duckdb')}) THEN TRY_CAST({text.sql('duckdb')} AS JSON) END")

@@ -65,11 +65,36 @@ def _on_postgres(evaluator) -> bool:
     return evaluator.var("sql_engine", "duckdb") == "postgres"
 
 
+def _on_spark(evaluator) -> bool:
+    return evaluator.var("sql_engine", "duckdb") == "spark"
+
+
+def spark_schema(structure) -> str:
+    """A structure above as a Spark DDL type: {"a": "VARCHAR"} is STRUCT<`a`: STRING>; JSON is kept as its text."""
+    if isinstance(structure, list):
+        return f"ARRAY<{spark_schema(structure[0])}>"
+    if isinstance(structure, dict):
+        return "STRUCT<" + ", ".join(f"`{key}`: {spark_schema(value)}" for key, value in structure.items()) + ">"
+    return "STRING"  # VARCHAR and JSON: Spark's from_json gives a non-string value as its JSON text
+
+
+def _struct_path(value, names: list[str]) -> exp.Expression:
+    result = value
+    for name in names:
+        result = exp.Dot(this=result, expression=exp.to_identifier(name, quoted=True))
+    return result
+
+
 def _key_names(keys) -> list[str]:
     return [key.this if isinstance(key, exp.Literal) else key.name for key in keys]
 
 
 def _parse(evaluator, doc, structure: str) -> exp.Expression:
+    if _on_spark(evaluator):
+        # from_json takes a lone object for an array of one: only a JSON array is parsed
+        d = doc.sql("spark")
+        schema = spark_schema(json.loads(structure))
+        return exp.maybe_parse(f"CASE WHEN json_array_length({d}) IS NOT NULL THEN from_json({d}, '{schema}') END", dialect="spark")
     if _on_postgres(evaluator):
         return exp.Dot(
             this=exp.to_identifier("babylon_rl"),
@@ -97,6 +122,8 @@ def field(evaluator, value, *keys):
     names = _key_names(keys)
     if _on_postgres(evaluator):
         return exp.Anonymous(this="jsonb_extract_path_text", expressions=[value, *map(exp.Literal.string, names)])
+    if _on_spark(evaluator):
+        return _struct_path(value, names)
     result = value
     for name in names:
         result = exp.Anonymous(this="struct_extract", expressions=[result, exp.Literal.string(name)])
@@ -114,6 +141,8 @@ def call_list(evaluator, step):
                 expressions=[exp.Anonymous(this="jsonb_extract_path", expressions=[step, exp.Literal.string("llmCalls")])],
             ),
         )
+    if _on_spark(evaluator):
+        return _struct_path(step, ["llmCalls"])
     return exp.Anonymous(this="struct_extract", expressions=[step, exp.Literal.string("llmCalls")])
 
 
@@ -125,6 +154,8 @@ def field_present(evaluator, value, *keys):
         path = exp.Anonymous(this="jsonb_extract_path", expressions=[value, *map(exp.Literal.string, names)])
         kind = exp.Coalesce(this=exp.Anonymous(this="jsonb_typeof", expressions=[path]), expressions=[exp.Literal.string("null")])
         return exp.NEQ(this=kind, expression=exp.Literal.string("null"))
+    if _on_spark(evaluator):
+        return exp.Not(this=exp.Is(this=_struct_path(value, names), expression=exp.Null()))
     result = value
     for name in names:
         result = exp.Anonymous(this="struct_extract", expressions=[result, exp.Literal.string(name)])
@@ -141,6 +172,13 @@ def json_kind_at(evaluator, doc, element, position, key=None):
             this="jsonb_extract_path", expressions=[element, exp.Literal.string(name)]
         )
         return exp.Anonymous(this="jsonb_typeof", expressions=[target])
+    if _on_spark(evaluator):
+        from macros.json import spark_kind
+        elements = f"variant_get(try_parse_json({doc.sql('spark')}), '$', 'ARRAY<VARIANT>')"
+        target = f"try_element_at({elements}, CAST({position.sql('spark')} AS INT) + 1)"
+        if name is not None:
+            target = f"variant_get({target}, '$.{name}')"
+        return exp.maybe_parse(spark_kind(target), dialect="spark")
     path = f"'$[' || CAST({position.sql('duckdb')} AS VARCHAR) || ']" + (f'."{name}"' if name else "") + "'"
     return evaluator.parse_one(
         f"""CASE json_type({doc.sql('duckdb')}, {path})
@@ -161,6 +199,8 @@ def calls_missing(evaluator, calls, key):
             this=exp.to_identifier("babylon_rl"),
             expression=exp.Anonymous(this="json_array_missing_key", expressions=[calls, exp.Literal.string(name)]),
         )
+    if _on_spark(evaluator):
+        return exp.maybe_parse(f"coalesce(size(filter({calls.sql('spark')}, llm_call -> llm_call.`{name}` IS NULL)), 0)", dialect="spark")
     return evaluator.parse_one(f"COALESCE(len(list_filter({c}, llm_call -> llm_call.\"{name}\" IS NULL)), 0)")
 
 
@@ -169,4 +209,23 @@ def list_length(evaluator, values):
     """Number of elements of a list (DuckDB LIST, PostgreSQL array); NULL for NULL."""
     if _on_postgres(evaluator):
         return exp.Anonymous(this="cardinality", expressions=[values])
+    if _on_spark(evaluator):
+        return exp.Anonymous(this="size", expressions=[values])  # NULL for NULL under ANSI, Spark 4's default
     return exp.Anonymous(this="len", expressions=[values])
+
+
+@macro()
+def unnest_with_position(evaluator, values, item, position):
+    """Projections: one row per element of a list, as `item`, with its `position` from 0.
+    Spark has one generator for both (posexplode); DuckDB and PostgreSQL zip two set-returning functions."""
+    item_name, position_name = (e.name for e in (item, position))
+    if _on_spark(evaluator):
+        return exp.Aliases(
+            this=exp.Anonymous(this="posexplode", expressions=[values]),
+            expressions=[exp.to_identifier(position_name), exp.to_identifier(item_name)],
+        )
+    return [
+        exp.alias_(exp.Unnest(expressions=[values]), item_name),
+        exp.alias_(exp.Sub(this=exp.Anonymous(this="GENERATE_SUBSCRIPTS", expressions=[values.copy(), exp.Literal.number(1)]),
+                           expression=exp.Literal.number(1)), position_name),
+    ]

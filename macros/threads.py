@@ -13,7 +13,7 @@ batches (docs/BENCHMARKS.md, "One thread for the stepsJson parse"). A model that
 
 runs on one thread once raw.trajectories is that large, and on the connection's threads
 below it, where DuckDB parses on one thread anyway and the batch's other steps keep both.
-On PostgreSQL both render to nothing. (Declared as metadata-only macros, SQLMesh 0.236
+On PostgreSQL and Spark both render to nothing. (Declared as metadata-only macros, SQLMesh 0.236
 fails the build's restatement plan: "Another plan deployed new versions of 4 models ...
 while they were being restated".)
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from sqlmesh import macro
 
-from macros.json import _postgres
 
 DUCKDB_ROW_GROUP_SIZE = 122_880  # DuckDB's default: the unit of DataTable::MaxThreads
 _SAVED = "babylon_rl_threads"
@@ -33,7 +32,7 @@ _BATCH = "babylon_rl_batch_threads"
 def single_threaded_parse(evaluator):
     """Pre-statements: remember the connection's thread count; run the batch on one thread
     when DuckDB would parse raw.trajectories on more than one."""
-    if _postgres(evaluator):
+    if evaluator.var("sql_engine", "duckdb") != "duckdb":
         return None
     trajectories = f"{evaluator.var('raw_schema', 'raw')}.trajectories"
     return [
@@ -49,6 +48,6 @@ def single_threaded_parse(evaluator):
 @macro()
 def restore_threads(evaluator):
     """Post-statement: the thread count @single_threaded_parse found."""
-    if _postgres(evaluator):
+    if evaluator.var("sql_engine", "duckdb") != "duckdb":
         return None
     return evaluator.parse_one(f"SET threads = getvariable('{_SAVED}')")

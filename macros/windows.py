@@ -18,6 +18,12 @@ _WINDOW_ID = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0
 def window_start_from_id(evaluator, window_id):
     """The TIMESTAMP a `YYYY-MM-DDTHH:MM` window id names; NULL when it is not a real date and time."""
     w = window_id.sql("duckdb")
+    if evaluator.var("sql_engine", "duckdb") == "spark":  # its parse refuses impossible dates too
+        w = window_id.sql("spark")
+        return exp.maybe_parse(
+            f"CASE WHEN {w} RLIKE '{_WINDOW_ID}' THEN try_to_timestamp(replace({w}, 'T', ' '), 'yyyy-MM-dd HH:mm') END",
+            dialect="spark",
+        )
     if evaluator.var("sql_engine", "duckdb") != "postgres":
         # DuckDB's TRY_STRPTIME rejects impossible dates itself; the pattern keeps the format
         # strict (it would accept 2026-1-5T3:04). A short expression matters: it is inlined

@@ -53,8 +53,7 @@ window_keys AS (
 news_items AS (
   SELECT
     source_id,
-    UNNEST(@json_array(news_json)) AS news_item,
-    GENERATE_SUBSCRIPTS(@json_array(news_json), 1) AS news_position
+    @unnest_with_position(@json_array(news_json), news_item, news_position)
   FROM outcomes
   WHERE instrument_kind = 'stock'
 ),

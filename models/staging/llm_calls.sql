@@ -96,8 +96,7 @@ step_call_lists AS (
     source_id,
     trajectory_id,
     window_start,
-    UNNEST(steps) AS step,
-    GENERATE_SUBSCRIPTS(steps, 1) - 1 AS step_position
+    @unnest_with_position(steps, step, step_position)
   FROM trajectory_calls_parsed
 ),
 
@@ -108,8 +107,7 @@ step_calls_unnested AS (
     l.window_start,
     l.step_position,
     s.step_number,
-    UNNEST(@call_list(l.step)) AS llm_call,
-    GENERATE_SUBSCRIPTS(@call_list(l.step), 1) - 1 AS call_index
+    @unnest_with_position(@call_list(l.step), llm_call, call_index)
   FROM step_call_lists AS l
   JOIN steps_with_calls AS s
     ON s.source_id = l.source_id AND s.step_position = l.step_position

@@ -80,8 +80,7 @@ steps_unnested AS (
     trajectory_id,
     window_start,
     steps_json,
-    UNNEST(steps) AS step,
-    GENERATE_SUBSCRIPTS(steps, 1) - 1 AS step_position
+    @unnest_with_position(steps, step, step_position)
   FROM steps_parsed
 ),
 
