@@ -115,9 +115,12 @@ def snapshot(obj: BabylonContext, full: bool, format_: str) -> None:
 @click.option("--every", "every_minutes", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MINUTES",
               help="Keep running: a build every MINUTES, in one process that keeps the models loaded between builds.")
 @click.option("--builds", type=click.IntRange(min=1), default=None, help="With --every: stop after this many builds.")
+@click.option("--gateway", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True,
+              help="spark: the same models on a local Spark over the Parquet lake (the `spark` extra and Java 17+).")
 @click.pass_obj
 @error_handler
-def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool, every_minutes: float | None, builds: int | None) -> None:
+def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool, every_minutes: float | None, builds: int | None,
+          gateway: str) -> None:
     """Snapshot the game database (if given), apply the SQLMesh models, publish the marts.
 
     \b
@@ -130,9 +133,15 @@ def build(obj: BabylonContext, wait_seconds: float, full_snapshot: bool, every_m
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon build
       python cli.py build --wait 600      # after simulate --target duckdb
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon build --every 60
+      python cli.py build --gateway spark      # marts in HOME/spark, exports in HOME/spark/exports
     """
     if builds is not None and every_minutes is None:
         raise click.UsageError("--builds needs --every")
+    if gateway == "spark":
+        if every_minutes is not None or wait_seconds:
+            raise click.UsageError("--every and --wait are for the duckdb gateway; run `build --gateway spark` from a scheduler")
+        obj.build_on_spark(full_snapshot)
+        return
     obj.build(wait_seconds, full_snapshot, every_minutes, builds)
 
 
@@ -235,9 +244,11 @@ def dataset() -> None:
 @click.option("--until", type=_TIME, help="Only windows starting before this UTC time.")
 @click.option("--include-used", is_flag=True, help="Also use trajectories already used in training.")
 @click.option("--force", is_flag=True, help="Replace an existing dataset of this name: a new version, published by one atomic rename of the link.")
+@click.option("--gateway", type=click.Choice(["duckdb", "postgres", "spark"]), default="duckdb", show_default=True,
+              help="Whose marts to read: the warehouse, the game database's (--database-url), or `build --gateway spark`'s exports.")
 @click.pass_obj
 @error_handler
-def dataset_build(obj: BabylonContext, force: bool, **options) -> None:
+def dataset_build(obj: BabylonContext, force: bool, gateway: str, **options) -> None:
     """Select windows, apply dropout inside them, split train/validation/eval by window time, write Parquet + manifest.
 
     The dropout rate is min(max_dropout, 1 - target/available); it is taken inside
@@ -250,8 +261,9 @@ def dataset_build(obj: BabylonContext, force: bool, **options) -> None:
       python cli.py dataset build --name week1
       python cli.py dataset build --name pinned --windows 2025-01-15T10:00,2025-01-15T11:00 --min-agents 3 --seed 7
       python cli.py dataset build --name jan --since 2025-01-01 --until 2025-02-01 --include-used --force
+      python cli.py dataset build --name week1-spark --gateway spark
     """
-    obj.dataset_build(BuildParams(**options), force=force)
+    obj.dataset_build(BuildParams(**options), force=force, gateway=gateway)
 
 
 @dataset.command("list")

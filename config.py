@@ -54,7 +54,11 @@ def _spark_connection() -> dict:
             "spark.driver.memory": "1g",
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
+            "spark.log.level": "ERROR",
             "spark.sql.shuffle.partitions": "2",
+            # Parquet is read 512 rows at a time, not 4,096: a batch of stepsJson (~17 KB a trajectory)
+            # wanted one 70 MB buffer, and a 1 GB heap ran out at 10k trajectories
+            "spark.sql.parquet.columnarReaderBatchSize": "512",
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.timestampType": "TIMESTAMP_NTZ",
             "spark.sql.warehouse.dir": f"{spark_home}/warehouse",

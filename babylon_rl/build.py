@@ -17,6 +17,7 @@ are still dirty, and table versions it created are restated whole (plan_prod).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -30,7 +31,7 @@ from typing import Callable, Iterator
 
 import duckdb
 
-from babylon_rl import locks, sqlmesh_state, warehouse
+from babylon_rl import atomic, locks, sqlmesh_state, warehouse
 from babylon_rl.errors import BuildInterrupted, WarehouseError
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.snapshot import SnapshotResult, run_snapshot
@@ -87,7 +88,7 @@ class BuildResult:
     seconds: float = 0.0
 
 
-def sqlmesh_context(home: Home, gateway: str | None = None):
+def sqlmesh_context(home: Home, gateway: str | None = None, config: str | None = None):
     """A SQLMesh Context over the repo's project, with the warehouse under `home`.
 
     Its console is SQLMesh's silent one, except that it keeps the errors of failed models
@@ -134,7 +135,7 @@ def sqlmesh_context(home: Home, gateway: str | None = None):
 
     home.ensure().export_env()
     logging.getLogger("sqlmesh").setLevel(logging.WARNING)
-    context = Context(paths=[PROJECT_ROOT], gateway=gateway, loader=BuildLoader)
+    context = Context(paths=[PROJECT_ROOT], gateway=gateway, config=config, loader=BuildLoader)
     context.console = FailureRecorder()
     return context
 
@@ -465,12 +466,100 @@ def write_exports(query: Callable[[str], list], exports: Path, marts: tuple[str,
     return [str(target) for target in written.values()]
 
 
+def build_on_spark(home: Home, full: bool = False, on_progress: OnProgress = _no_progress) -> BuildResult:
+    """`build --gateway spark`: the models on a local SparkSession over the lake (config.py's spark_config).
+
+    The first build, a model change, and `--full` compute every day with data, as on the duckdb
+    gateway (plan_prod); a later build recomputes the windows with data in the lake's days
+    rewritten since the last Spark build began (each partition file is renamed into place, so
+    its mtime says when it was written), late rows included. HOME/spark/built.json records when
+    the last finished build began and its table versions: a build that failed half-way leaves
+    it as it was, so the next one computes again what that one did not finish. Each plan and
+    run publishes HOME/spark/exports.
+    """
+    from sqlmesh.utils.errors import SQLMeshError
+
+    started = time.monotonic()
+    if not (home.lake / "_lake.json").exists():
+        raise WarehouseError(f"no lake at {home.lake}; run `cli.py snapshot --format parquet` first (after simulate or with --database-url)")
+    record = home.root / "spark" / "built.json"
+    with locks.exclusive(home.build_lock, 0, None):
+        begun = time.time()
+        last = json.loads(record.read_text()) if record.exists() else {"begun": None, "versions": {}}
+        changed = [EPOCH] if full else _windows_in_lake_days_written_since(home, last["begun"])
+        recorded = {name: tuple(version) for name, version in last["versions"].items()}
+        on_progress("starting Spark and loading the SQLMesh project", 0, None)
+        context = _spark_context(home)
+        context.console.on_progress = on_progress
+        try:
+            update = plan_prod(context, changed, 1, _days_with_data(home), recorded)
+        except SQLMeshError as exc:
+            raise WarehouseError(
+                f"the SQLMesh build on Spark failed ({describe_failures(context) or exc}); fix the model, or run "
+                "`sqlmesh --config spark_config plan` from the repository root for the full error"
+            ) from None
+        finally:
+            context.close()
+        atomic.write_text(record, json.dumps({"begun": begun, "versions": update.versions}) + "\n")
+    if update.whole_history:
+        update.restated_windows = _windows_with_data(home, *update.restate_range)
+    return BuildResult(
+        snapshot=None, restated_windows=update.restated_windows, restate_range=update.restate_range,
+        whole_history=update.whole_history, models_changed=update.models_changed, built_until=update.built_until,
+        models={name: version for name, (_, version) in update.versions.items()},
+        seconds=time.monotonic() - started,
+    )
+
+
+def _spark_context(home: Home):
+    """The SQLMesh context of config.py's spark_config, or an error that says what to install."""
+    try:
+        return sqlmesh_context(home, config="spark_config")
+    except ImportError:
+        raise WarehouseError('pyspark is not installed: `pip install -e ".[spark]"`, then build again') from None
+    except Exception as exc:
+        if "JAVA_GATEWAY_EXITED" in str(exc) or "JAVA_HOME" in str(exc):
+            raise WarehouseError("Spark could not start Java: install a JDK 17+ (Debian: openjdk-17-jre-headless) "
+                                 "or set JAVA_HOME to one") from None
+        raise
+
+
+def _windows_in_lake_days_written_since(home: Home, since: float | None) -> list[datetime]:
+    """The windows holding trajectories in the lake's day partitions written after `since` (a time.time());
+    none before a first build, which computes everything anyway."""
+    if since is None:
+        return []
+    days = sorted({
+        datetime.strptime(part.parent.name.split("=", 1)[1], "%Y-%m-%d")
+        for table in ("trajectories", "llm_call_logs", "market_outcomes")
+        for part in (home.lake / table).glob("day=*/*.parquet")
+        if part.stat().st_mtime >= since
+    })
+    if not days:
+        return []
+    conn = warehouse.connect(home, read_only=True)
+    try:
+        window = warehouse.trajectory_window()
+        rows = conn.execute(
+            f"SELECT DISTINCT {window} AS w FROM raw.trajectories WHERE CAST({window} AS DATE) IN (SELECT unnest($days)) ORDER BY w",
+            {"days": [day.date() for day in days]},
+        ).fetchall()
+    finally:
+        conn.close()
+    return [row[0] for row in rows]
+
+
 def write_spark_exports(spark, exports: Path, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
-    """The spark gateway's marts as exports/MART.parquet (one file each, as write_exports writes them):
-    every file to a temp file first, then all renamed."""
+    """The spark gateway's marts as exports/MART.parquet (one file each, as write_exports writes them),
+    and training_samples, the bulk of the bytes, as Spark writes it (exports/training_samples/part-*.parquet,
+    without collecting it in the driver), for `dataset build --gateway spark`. Every file to a temp file
+    first, then all renamed; the training_samples directory swapped in one rename."""
     import pyarrow.parquet as pq
 
     exports.mkdir(parents=True, exist_ok=True)
+    if spark.catalog.tableExists(f"{MART_SCHEMA}.training_samples"):
+        with atomic.directory(exports / "training_samples") as fresh:
+            spark.table(f"{MART_SCHEMA}.training_samples").write.mode("overwrite").parquet(str(fresh))
     written = {}
     for mart in marts:
         if not spark.catalog.tableExists(f"{MART_SCHEMA}.{mart}"):

@@ -91,6 +91,14 @@ class BabylonContext:
             return self._built(self._build_once(builder, wait_seconds, full_snapshot))
         return self._build_every(builder, every_minutes, builds, wait_seconds, full_snapshot)
 
+    def build_on_spark(self, full: bool = False) -> build.BuildResult:
+        """Bring the lake up to date (snapshotting the game first, given a database URL), then build the marts on Spark."""
+        self.snapshot(full, format="parquet")
+        with self.console.building() as on_progress:
+            result = build.build_on_spark(self.home, full, on_progress)
+        self.console.build_done(result, self.home.spark_exports)
+        return result
+
     def _build_once(self, builder: build.Builder, wait_seconds: float, full_snapshot: bool) -> build.BuildResult:
         with self.console.building() as on_progress:
             return builder.build(wait_seconds, full_snapshot, on_wait=self.console.print, on_progress=on_progress)
@@ -181,11 +189,11 @@ class BabylonContext:
         return summary
 
     # -- dataset ----------------------------------------------------------------------
-    def dataset_build(self, params: BuildParams, force: bool = False) -> DatasetBuildResult:
+    def dataset_build(self, params: BuildParams, force: bool = False, gateway: str = "duckdb") -> DatasetBuildResult:
         from babylon_rl.dataset.build import build as build_dataset
 
         with self.console.status(f"building dataset {params.name}"):
-            result = build_dataset(self.home, params, force=force)
+            result = build_dataset(self.home, params, force=force, gateway=gateway, database_url=self.database_url)
         self.console.dataset_built(params.name, result)
         return result
 

@@ -76,6 +76,11 @@ class Home:
         return self.root / "lake"
 
     @property
+    def spark_exports(self) -> Path:
+        """The spark gateway's published marts (config.py's spark_config keeps its catalog and tables in HOME/spark)."""
+        return self.root / "spark" / "exports"
+
+    @property
     def build_lock(self) -> Path:
         return self.root / "build.lock"
 

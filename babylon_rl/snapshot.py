@@ -61,7 +61,7 @@ def last_watermarks(conn: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     return {entry["table"]: entry["watermark"] for entry in json.loads(row[0])}
 
 
-def _attach_source(conn: duckdb.DuckDBPyConnection, url: str, home: Home) -> None:
+def attach_source(conn: duckdb.DuckDBPyConnection, url: str, home: Home) -> None:
     warehouse.load_postgres_scanner(conn, home)
     try:
         # ATTACH takes no bound parameters; a quoted literal with doubled quotes is the safe form.
@@ -183,7 +183,7 @@ def run_snapshot(home: Home, url: str, full: bool = False, margin: timedelta = D
     try:
         warehouse.create_raw_schema(conn)
         warehouse.create_meta_schema(conn)
-        _attach_source(conn, url, home)
+        attach_source(conn, url, home)
         _check_game_tables(conn, url)
         previous = {} if full else last_watermarks(conn)
         result.full_copy = full or not previous

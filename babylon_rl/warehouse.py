@@ -181,6 +181,13 @@ def connect(home: Home, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         raise WarehouseError(f"cannot open the warehouse {home.warehouse}: {exc}") from None
 
 
+def connect_memory() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the warehouse's settings (offline, memory limit, UTC), for reading other sources."""
+    conn = duckdb.connect(config=OFFLINE_CONFIG)
+    use_utc(conn)
+    return conn
+
+
 def _lock_holder(message: str) -> str:
     # DuckDB says "Conflicting lock is held in <exe> (PID 1234) by user root".
     found = re.search(r"PID (\d+)", message)

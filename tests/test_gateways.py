@@ -13,6 +13,8 @@ import json
 import math
 import os
 import shutil
+import subprocess
+import sys
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -74,6 +76,32 @@ def _select(mart: str, columns: list[str], quote: str) -> str:
     return f"SELECT {', '.join(quote + c + quote for c in columns)} FROM {MART_SCHEMA}.{mart}"
 
 
+def _readme_commands(program: str) -> list[str]:
+    """README, "Querying yourself": the commands of `program` on its bold-led lines, as written."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    return [span for line in readme.splitlines() if line.startswith("**")
+            for span in line.split("`")[1::2] if span.startswith(f"{program} ")]
+
+
+def _run_in_checkout(command: str, home: Path, tmp_path: Path, **env: str) -> str:
+    """Run a README command in a checkout whose default home (.babylon) is `home`; its output."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir(exist_ok=True)
+    if not (checkout / ".babylon").exists():
+        (checkout / ".babylon").symlink_to(home)
+    done = subprocess.run(["bash", "-c", command], cwd=checkout, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env})
+    assert done.returncode == 0, (command, done.stderr[-2000:])
+    return done.stdout
+
+
+def _dataset(path: Path) -> tuple[dict[str, list[tuple]], list[str]]:
+    """A dataset's rows per split, normalised as the marts' are, and its held-out trajectory ids."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    splits = {split: _rows(pl.read_parquet(path / f"{split}.parquet").rows()) for split in ("train", "validation", "eval")}
+    return splits, manifest["eval_trajectory_ids"]
+
+
 def _difference(engine: str, mart: str, columns: list[str], rows: list[tuple], expected: list[tuple]) -> str:
     """The first differing value, named by its column, or the row counts when they differ."""
     if len(rows) != len(expected):
@@ -129,7 +157,8 @@ def _spark_marts(home: Path) -> tuple[dict[str, list[tuple]], list[str]]:
     return marts, sorted(p.name for p in (home / "spark" / "exports").glob("*.parquet"))
 
 
-def test_duckdb_postgres_and_spark_build_the_same_marts(history: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_duckdb_postgres_and_spark_build_the_same_marts(run_cli, history: str, home: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as conn:
         on_duckdb = {mart: _rows(conn.execute(_select(mart, _columns(home, mart), '"')).fetchall()) for mart in MARTS}
     on_postgres = _postgres_marts(history, home, monkeypatch)
@@ -144,7 +173,73 @@ def test_duckdb_postgres_and_spark_build_the_same_marts(history: str, home: Path
         if rows[mart] != on_duckdb[mart]
     ]
     assert not differences, "\n".join(differences)
+    # dataset build reads the marts of any gateway, and the three give the same dataset
+    datasets = {}
+    for gateway in ("duckdb", "postgres", "spark"):
+        result = run_cli("--database-url", history, "dataset", "build", "--name", f"from-{gateway}", "--gateway", gateway,
+                         "--min-agents", "3", "--min-actions", "1", "--eval-fraction", "0.25", "--validation-fraction", "0.25")
+        assert result.exit_code == 0, result.output
+        datasets[gateway] = _dataset(home / "datasets" / f"from-{gateway}")
+    assert datasets["duckdb"][0]["train"], "the dataset should hold training rows"
+    assert datasets["postgres"] == datasets["duckdb"] and datasets["spark"] == datasets["duckdb"]
+
+    (psql,) = _readme_commands("psql")
+    assert "2025-01-15T13:00" in _run_in_checkout(psql, home, tmp_path, DATABASE_URL=history)
     # the spark gateway publishes its marts as the duckdb gateway does, for readers without Spark
     assert exports == ["agent_window_pnl.parquet", "window_market_context.parquet", "windows.parquet"]
     exported = pl.read_parquet(home / "spark" / "exports" / "agent_window_pnl.parquet")
     assert exported.height == 24
+
+
+def _spark_build(home: Path) -> str:
+    """`cli.py build --gateway spark` in a process of its own, as a user runs it: a SparkSession lives as
+    long as its process, with the first home's catalog, so one test process cannot build two homes."""
+    done = subprocess.run([sys.executable, str(PROJECT_ROOT / "cli.py"), "--home", str(home), "build", "--gateway", "spark"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_build_on_spark_computes_the_history_then_only_the_new_window(run_cli, home: Path, tmp_path: Path) -> None:
+    _require_spark()
+    result = run_cli("simulate", "--target", "duckdb", "--agents", "5", "--windows", "3", "--seed", "2", "--start", START)
+    assert result.exit_code == 0, result.output
+
+    output = _spark_build(home)
+    assert "computed all 3 window(s) with data" in output
+    assert pl.read_parquet(home / "spark" / "exports" / "windows.parquet").height == 3
+
+    result = run_cli("simulate", "--target", "duckdb", "--agents", "5", "--windows", "1", "--seed", "2")
+    assert result.exit_code == 0, result.output
+    output = _spark_build(home)
+    # the lake rewrote the day, so every window of that day with data is computed again
+    assert "wrote the changed days" in output and "restated 4 changed window(s)" in output
+    windows = pl.read_parquet(home / "spark" / "exports" / "windows.parquet")
+    assert windows.height == 4 and windows["window_id"].sort().to_list()[-1] == "2025-01-15T13:00"
+
+    on_exports, on_lake = _readme_commands("spark-sql")
+    assert "2025-01-15T13:00" in _run_in_checkout(on_exports, home, tmp_path)
+    assert "2025-01-15\t20" in _run_in_checkout(on_lake, home, tmp_path)  # 4 windows of 5 agents
+
+
+def test_build_on_spark_without_a_lake_or_with_every_says_what_to_do(run_cli) -> None:
+    result = run_cli("build", "--gateway", "spark", "--every", "5")
+    assert result.exit_code == 2 and "--every and --wait are for the duckdb gateway" in result.output
+    result = run_cli("build", "--gateway", "spark")
+    assert result.exit_code == 2 and "no warehouse" in result.output and "simulate` first" in result.output
+
+
+def test_build_on_spark_says_what_to_install(run_cli, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_cli("simulate", "--target", "duckdb", "--agents", "2", "--windows", "1", "--seed", "2", "--start", START)
+    assert result.exit_code == 0, result.output
+    # Java: a JAVA_HOME without one, in a new process (a SparkSession, once started, lives as long as its process)
+    done = subprocess.run([sys.executable, str(PROJECT_ROOT / "cli.py"), "--home", str(home), "build", "--gateway", "spark"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "JAVA_HOME": str(home / "no-java")})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Spark could not start Java: install a JDK 17+" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    # pyspark
+    for name in [name for name in sys.modules if name == "pyspark" or name.startswith("pyspark.")] or ["pyspark"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    result = run_cli("build", "--gateway", "spark")
+    assert result.exit_code == 2 and 'pyspark is not installed: `pip install -e ".[spark]"`' in result.output

@@ -26,10 +26,12 @@ class DatasetBuildResult:
     manifest: dict
 
 
-def build(home: Home, params: BuildParams, force: bool = False) -> DatasetBuildResult:
+def build(home: Home, params: BuildParams, force: bool = False, gateway: str = "duckdb",
+          database_url: str | None = None) -> DatasetBuildResult:
+    """The dataset from the marts of `gateway` (selection.open_marts): the same rows from any of them."""
     params.validate()
     store.ensure_absent(home, params.name, force)
-    conn = selection.open_marts(home)
+    conn = selection.open_marts(home, gateway, database_url)
     try:
         candidates = selection.load_candidates(conn, params)
         if candidates.frame.height == 0:
@@ -45,7 +47,7 @@ def build(home: Home, params: BuildParams, force: bool = False) -> DatasetBuildR
     frames = _split_frames(kept.select(OUTPUT_COLUMNS), chosen)
     staged = store.stage(home, frames, contexts, params.name)
     try:
-        manifest = _manifest(params, chosen, frames, staged, snapshot_id, models, anchor)
+        manifest = _manifest(params, chosen, frames, staged, snapshot_id, models, anchor, gateway)
     except Exception:
         store.discard(staged)
         raise
@@ -90,6 +92,7 @@ def _manifest(
     snapshot_id: str | None,
     models: dict[str, str],
     anchor: str | None,
+    gateway: str,
 ) -> dict:
     per_split = {split: _counts(frame) for split, frame in frames.items()}
     total = {key: sum(c[key] for c in per_split.values()) for key in ("trajectories", "windows", "groups", "no_signal_groups")}
@@ -107,6 +110,7 @@ def _manifest(
         "eval_trajectory_ids": sorted(frames["eval"]["trajectory_id"].to_list()),
         "dropout": dropout,
         "source_snapshot_id": snapshot_id,
+        "source_gateway": gateway,  # whose marts it was read from
         "model_versions": models,
         "files": staged.digests,  # checked on every open (babylon_rl.dataset.verify)
         "content_hash": staged.content_hash,

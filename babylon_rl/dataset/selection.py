@@ -18,7 +18,7 @@ import polars as pl
 from babylon_rl import warehouse
 from babylon_rl.dataset.params import BuildParams
 from babylon_rl.errors import DatasetError, WarehouseError
-from babylon_rl.settings import Home
+from babylon_rl.settings import Home, require_database_url
 
 REQUIRED_MARTS = ("training_samples", "windows", "window_market_context")
 
@@ -46,7 +46,52 @@ class Candidates:
     anchor: datetime | None  # newest window in the warehouse (the lookback is relative to it)
 
 
-def open_marts(home: Home) -> duckdb.DuckDBPyConnection:
+def open_marts(home: Home, gateway: str = "duckdb", database_url: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection in which `babylon.*` are the marts of `gateway`: the warehouse (duckdb), the
+    game database's schema babylon (postgres, through DuckDB's postgres scanner), or the Parquet
+    files the spark gateway publishes (spark)."""
+    if gateway == "postgres":
+        return _postgres_marts(home, database_url)
+    if gateway == "spark":
+        return _spark_marts(home)
+    return _warehouse_marts(home)
+
+
+def _postgres_marts(home: Home, database_url: str | None) -> duckdb.DuckDBPyConnection:
+    from babylon_rl.snapshot import SOURCE_ALIAS, attach_source
+
+    conn = warehouse.connect_memory()
+    attach_source(conn, require_database_url(database_url), home)
+    present = {row[0] for row in conn.execute(
+        f"SELECT table_name FROM information_schema.tables WHERE table_catalog = '{SOURCE_ALIAS}' AND table_schema = 'babylon'"
+    ).fetchall()}
+    _require(conn, present, "the game database has no {}; build the marts there with `sqlmesh --gateway postgres plan`")
+    conn.execute("CREATE SCHEMA babylon")
+    for mart in REQUIRED_MARTS:
+        conn.execute(f"CREATE VIEW babylon.{mart} AS SELECT * FROM {SOURCE_ALIAS}.babylon.{mart}")
+    return conn
+
+
+def _spark_marts(home: Home) -> duckdb.DuckDBPyConnection:
+    conn = warehouse.connect_memory()
+    files = {mart: home.spark_exports / (f"{mart}.parquet" if mart != "training_samples" else mart) for mart in REQUIRED_MARTS}
+    _require(conn, {mart for mart, path in files.items() if path.exists()},
+             f"{home.spark_exports} has no export of {{}}; run `cli.py build --gateway spark`")
+    conn.execute("CREATE SCHEMA babylon")
+    for mart, path in files.items():
+        pattern = f"{path}/*.parquet" if path.is_dir() else str(path)
+        conn.execute(f"CREATE VIEW babylon.{mart} AS SELECT * FROM read_parquet('{pattern}')")
+    return conn
+
+
+def _require(conn: duckdb.DuckDBPyConnection, present: set[str], message: str) -> None:
+    missing = [name for name in REQUIRED_MARTS if name not in present]
+    if missing:
+        conn.close()
+        raise WarehouseError(message.format(", ".join(f"babylon.{name}" for name in missing)))
+
+
+def _warehouse_marts(home: Home) -> duckdb.DuckDBPyConnection:
     """The warehouse opened read-only, after checking the marts exist and no build stopped half-way through them."""
     if not home.warehouse.exists():
         raise WarehouseError(f"no warehouse at {home.warehouse}; run `cli.py build` first")
