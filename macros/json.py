@@ -101,7 +101,7 @@ def _spark(evaluator) -> bool:
     return evaluator.var("sql_engine", "duckdb") == "spark"
 
 
-def _spark_sql(evaluator, sql: str) -> exp.Expression:
+def _spark_sql(sql: str) -> exp.Expression:
     """A Spark SQL expression, as a node SQLMesh renders for the gateway unchanged."""
     return exp.maybe_parse(sql, dialect="spark")
 
@@ -172,7 +172,7 @@ def json_array(evaluator, doc):
         return _helper("json_array", doc)
     if _spark(evaluator):
         d = doc.sql("spark")
-        return _spark_sql(evaluator, f"CASE WHEN json_array_length({d}) IS NOT NULL THEN from_json({d}, 'ARRAY<STRING>') END")
+        return _spark_sql(f"CASE WHEN json_array_length({d}) IS NOT NULL THEN from_json({d}, 'ARRAY<STRING>') END")
     return exp.TryCast(this=doc, to=exp.DataType.build("JSON[]", dialect="duckdb"))
 
 
@@ -183,7 +183,7 @@ def json_value(evaluator, doc, *keys):
     if _postgres(evaluator):
         return _fn("jsonb_extract_path", doc, *map(exp.Literal.string, names))
     if _spark(evaluator):  # JSON text, strings kept quoted, as DuckDB's json_extract
-        return _spark_sql(evaluator, f"to_json(variant_get(try_parse_json({doc.sql('spark')}), '{_spark_path(names)}'))")
+        return _spark_sql(f"to_json(variant_get(try_parse_json({doc.sql('spark')}), '{_spark_path(names)}'))")
     return _fn("json_extract", doc, _duckdb_path(names))
 
 
@@ -204,7 +204,7 @@ def json_kind(evaluator, doc):
     if _postgres(evaluator):
         return _fn("jsonb_typeof", doc)
     if _spark(evaluator):
-        return _spark_sql(evaluator, spark_kind(f"try_parse_json({doc.sql('spark')})"))
+        return _spark_sql(spark_kind(f"try_parse_json({doc.sql('spark')})"))
     return evaluator.parse_one(
         f"""CASE json_type({doc.sql("duckdb")})
               WHEN 'OBJECT' THEN 'object' WHEN 'ARRAY' THEN 'array' WHEN 'VARCHAR' THEN 'string'
@@ -220,7 +220,7 @@ def json_quote(evaluator, text):
     if _postgres(evaluator):
         return exp.cast(_fn("to_jsonb", exp.cast(text, "TEXT")), "TEXT")
     if _spark(evaluator):
-        return _spark_sql(evaluator, f"CASE WHEN {text.sql('spark')} IS NOT NULL THEN {spark_quote(text.sql('spark'))} END")
+        return _spark_sql(f"CASE WHEN {text.sql('spark')} IS NOT NULL THEN {spark_quote(text.sql('spark'))} END")
     return exp.cast(_fn("to_json", exp.cast(text, "VARCHAR")), "VARCHAR")
 
 
@@ -237,7 +237,7 @@ def chat_turns_of(evaluator, llm_call):
     if _postgres(evaluator):
         return _helper("json_chat", _fn("jsonb_extract_path", llm_call, exp.Literal.string("messages")))
     if _spark(evaluator):
-        return _spark_sql(evaluator, f"{llm_call.sql('spark')}.messages")
+        return _spark_sql(f"{llm_call.sql('spark')}.messages")
     return _fn("struct_extract", llm_call, exp.Literal.string("messages"))
 
 
@@ -248,7 +248,7 @@ def chat_turns_from_text(evaluator, text):
         return _helper("json_chat", _helper("try_jsonb", exp.cast(text, "TEXT")))
     if _spark(evaluator):
         t = text.sql("spark")
-        return _spark_sql(evaluator, f"CASE WHEN json_array_length({t}) IS NOT NULL THEN from_json({t}, '{SPARK_CHAT_TURNS}') END")
+        return _spark_sql(f"CASE WHEN json_array_length({t}) IS NOT NULL THEN from_json({t}, '{SPARK_CHAT_TURNS}') END")
     return evaluator.parse_one(f"TRY(json_transform({text.sql('duckdb')}, '{CHAT_TURNS_STRUCTURE}'))")
 
 
@@ -258,7 +258,7 @@ def system_turn_content(evaluator, turns):
     if _postgres(evaluator):
         return _helper("json_system_turn", turns)
     if _spark(evaluator):
-        return _spark_sql(evaluator, f"try_element_at(filter({turns.sql('spark')}, turn -> turn.role = 'system'), 1).content")
+        return _spark_sql(f"try_element_at(filter({turns.sql('spark')}, turn -> turn.role = 'system'), 1).content")
     return evaluator.parse_one(f"list_filter({turns.sql('duckdb')}, turn -> turn.role = 'system')[1].content")
 
 
@@ -272,7 +272,7 @@ def non_system_turns_json(evaluator, turns):
         turn_json = (f"""'{{"role": ' || {as_json(spark_quote('turn.role'))} || ', "content": ' """
                      f"""|| {as_json(spark_quote('turn.content'))} || '}}'""")
         turns_sql = turns.sql("spark")
-        return _spark_sql(evaluator, f"""'[' || array_join(transform(filter({turns_sql}, turn -> turn.role IS DISTINCT FROM 'system'),
+        return _spark_sql(f"""'[' || array_join(transform(filter({turns_sql}, turn -> turn.role IS DISTINCT FROM 'system'),
                                                                turn -> {turn_json}), ', ') || ']'""")
     as_json = "COALESCE(CAST(to_json({}) AS VARCHAR), 'null')"
     turn_json = f"""'{{"role": ' || {as_json.format('turn.role')} || ', "content": ' || {as_json.format('turn.content')} || '}}'"""
@@ -298,7 +298,7 @@ def safe_double(evaluator, text):
     if _postgres(evaluator):
         return _guarded_cast(text, _NUMBER, "DOUBLE PRECISION")
     if _spark(evaluator):
-        return _spark_sql(evaluator, _spark_double(text.sql("spark")))
+        return _spark_sql(_spark_double(text.sql("spark")))
     return exp.TryCast(this=text, to=exp.DataType.build("DOUBLE"))
 
 
@@ -308,7 +308,7 @@ def safe_int(evaluator, text):
     if _postgres(evaluator):
         return _guarded_cast(text, _INTEGER, "BIGINT")
     if _spark(evaluator):  # as DuckDB's TRY_CAST: "1.5" is 2, "1e3" is 1000
-        return _spark_sql(evaluator, f"try_cast(round({_spark_double(text.sql('spark'))}) AS BIGINT)")
+        return _spark_sql(f"try_cast(round({_spark_double(text.sql('spark'))}) AS BIGINT)")
     return exp.TryCast(this=text, to=exp.DataType.build("BIGINT"))
 
 
@@ -326,7 +326,7 @@ def json_array_missing_key(evaluator, doc, key):
     name = _keys([key])[0]
     if _spark(evaluator):
         d = doc.sql("spark")
-        return _spark_sql(evaluator, f"""coalesce(json_array_length({d}) - size(filter(from_json({d}, 'ARRAY<STRING>'),
+        return _spark_sql(f"""coalesce(json_array_length({d}) - size(filter(from_json({d}, 'ARRAY<STRING>'),
                                                    element -> get_json_object(element, '$.{name}') IS NOT NULL)), 0)""")
     return evaluator.parse_one(
         f"""COALESCE(json_array_length({doc.sql("duckdb")})
@@ -349,7 +349,7 @@ def json_parse(evaluator, text):
         return _helper("try_jsonb", exp.cast(text, "TEXT"))
     if _spark(evaluator):  # JSON stays text on Spark, as on DuckDB: kept when it parses
         t = text.sql("spark")
-        return _spark_sql(evaluator, f"CASE WHEN try_parse_json({t}) IS NOT NULL THEN {t} END")
+        return _spark_sql(f"CASE WHEN try_parse_json({t}) IS NOT NULL THEN {t} END")
     # TRY_CAST as well as the guard: the optimizer may evaluate the cast before the CASE filters
     # (a malformed messagesJson such as "[" failed the whole llm_calls model).
     return evaluator.parse_one(f"CASE WHEN json_valid({text.sql('duckdb')}) THEN TRY_CAST({text.sql('duckdb')} AS JSON) END")
