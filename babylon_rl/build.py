@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -450,16 +451,25 @@ def publish_marts(home: Home, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[
 
 
 def write_exports(query: Callable[[str], list], exports: Path, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
-    """Copy each mart that exists to `exports`/MART.parquet through `query` (a warehouse connection's):
-    every file to a temp file first, then all renamed, so that a build stopped while writing
-    leaves the last build's set. Also run by the `after_all` of a bare `sqlmesh plan/run` (macros/exports.py)."""
+    """Copy each mart that exists to `exports`/MART.parquet through `query` (a warehouse connection's).
+    Also run by the `after_all` of a bare `sqlmesh plan/run` (macros/exports.py)."""
     present = {row[0] for row in query(f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{MART_SCHEMA}'")}
+
+    def copy(mart: str, tmp: Path) -> None:
+        query(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
+
+    return _publish(exports, [m for m in marts if m in present], copy)
+
+
+def _publish(exports: Path, marts: list[str], write: Callable[[str, Path], None]) -> list[str]:
+    """exports/MART.parquet for each mart, `write` filling a temp file first; all renamed once every one is written,
+    so that a build stopped while writing leaves the last build's set."""
     exports.mkdir(parents=True, exist_ok=True)
     written = {}
-    for mart in (m for m in marts if m in present):
+    for mart in marts:
         target = exports / f"{mart}.parquet"
         tmp = target.with_suffix(".parquet.tmp")
-        query(f"COPY (SELECT * FROM {MART_SCHEMA}.{mart}) TO '{_quote(tmp)}' (FORMAT parquet, COMPRESSION zstd)")
+        write(mart, tmp)
         written[tmp] = target
     for tmp, target in written.items():
         tmp.replace(target)
@@ -513,15 +523,21 @@ def build_on_spark(home: Home, full: bool = False, on_progress: OnProgress = _no
 
 def _spark_context(home: Home):
     """The SQLMesh context of config.py's spark_config, or an error that says what to install."""
+    if not _java_found():
+        raise WarehouseError("the spark gateway needs Java: install a JDK 17+ (Debian: openjdk-17-jre-headless) "
+                             "or set JAVA_HOME to one")
     try:
         return sqlmesh_context(home, config="spark_config")
     except ImportError:
         raise WarehouseError('pyspark is not installed: `pip install -e ".[spark]"`, then build again') from None
-    except Exception as exc:
-        if "JAVA_GATEWAY_EXITED" in str(exc) or "JAVA_HOME" in str(exc):
-            raise WarehouseError("Spark could not start Java: install a JDK 17+ (Debian: openjdk-17-jre-headless) "
-                                 "or set JAVA_HOME to one") from None
-        raise
+
+
+def _java_found() -> bool:
+    """Where Spark's launcher looks: $JAVA_HOME/bin/java when JAVA_HOME is set, else `java` on the PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        return (Path(java_home) / "bin" / "java").is_file()
+    return shutil.which("java") is not None
 
 
 def _windows_in_lake_days_written_since(home: Home, since: float | None) -> list[datetime]:
@@ -550,27 +566,20 @@ def _windows_in_lake_days_written_since(home: Home, since: float | None) -> list
 
 
 def write_spark_exports(spark, exports: Path, marts: tuple[str, ...] = PUBLISHED_MARTS) -> list[str]:
-    """The spark gateway's marts as exports/MART.parquet (one file each, as write_exports writes them),
-    and training_samples, the bulk of the bytes, as Spark writes it (exports/training_samples/part-*.parquet,
-    without collecting it in the driver), for `dataset build --gateway spark`. Every file to a temp file
-    first, then all renamed; the training_samples directory swapped in one rename."""
+    """The spark gateway's marts as exports/MART.parquet (as write_exports writes them), and training_samples,
+    the bulk of the bytes, as Spark writes it (exports/training_samples/part-*.parquet, without collecting it
+    in the driver), for `dataset build --gateway spark`; that directory is swapped in one rename."""
     import pyarrow.parquet as pq
 
     exports.mkdir(parents=True, exist_ok=True)
     if spark.catalog.tableExists(f"{MART_SCHEMA}.training_samples"):
         with atomic.directory(exports / "training_samples") as fresh:
             spark.table(f"{MART_SCHEMA}.training_samples").write.mode("overwrite").parquet(str(fresh))
-    written = {}
-    for mart in marts:
-        if not spark.catalog.tableExists(f"{MART_SCHEMA}.{mart}"):
-            continue
-        target = exports / f"{mart}.parquet"
-        tmp = target.with_suffix(".parquet.tmp")
+
+    def copy(mart: str, tmp: Path) -> None:
         pq.write_table(spark.table(f"{MART_SCHEMA}.{mart}").toArrow(), tmp, compression="zstd")
-        written[tmp] = target
-    for tmp, target in written.items():
-        tmp.replace(target)
-    return [str(target) for target in written.values()]
+
+    return _publish(exports, [m for m in marts if spark.catalog.tableExists(f"{MART_SCHEMA}.{m}")], copy)
 
 
 def refuse_half_built(home: Home) -> None:

@@ -51,10 +51,11 @@ def _require_spark() -> None:
 
 
 def _value(value):
+    """A cell as the gateways are compared: numbers to 9 significant digits, NaN as itself (not NULL), JSON parsed."""
     if isinstance(value, Decimal):
         value = float(value)
     if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 9 - int(math.floor(math.log10(abs(value)))) if value else 0)
+        return "NaN" if math.isnan(value) else round(value, 9 - int(math.floor(math.log10(abs(value)))) if value else 0)
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.dumps(json.loads(value, parse_int=float), sort_keys=True)  # 102 and 102.0 are one number
@@ -232,12 +233,15 @@ def test_build_on_spark_without_a_lake_or_with_every_says_what_to_do(run_cli) ->
 def test_build_on_spark_says_what_to_install(run_cli, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_cli("simulate", "--target", "duckdb", "--agents", "2", "--windows", "1", "--seed", "2", "--start", START)
     assert result.exit_code == 0, result.output
-    # Java: a JAVA_HOME without one, in a new process (a SparkSession, once started, lives as long as its process)
-    done = subprocess.run([sys.executable, str(PROJECT_ROOT / "cli.py"), "--home", str(home), "build", "--gateway", "spark"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "JAVA_HOME": str(home / "no-java")})
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert "Spark could not start Java: install a JDK 17+" in done.stdout + done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
+    # Java: checked before Spark starts, where its launcher looks (JAVA_HOME, else the PATH)
+    monkeypatch.setenv("JAVA_HOME", str(home / "no-java"))
+    result = run_cli("build", "--gateway", "spark")
+    assert result.exit_code == 2 and "the spark gateway needs Java: install a JDK 17+" in result.output
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(home))
+    result = run_cli("build", "--gateway", "spark")
+    assert result.exit_code == 2 and "the spark gateway needs Java" in result.output
+    monkeypatch.undo()
     # pyspark
     for name in [name for name in sys.modules if name == "pyspark" or name.startswith("pyspark.")] or ["pyspark"]:
         monkeypatch.setitem(sys.modules, name, None)
