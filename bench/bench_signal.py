@@ -1,0 +1,137 @@
+"""How much the rewards teach a learner that is told what to look at: the floor under issue 24.
+
+A diagnostic, never a policy of the product. On a dataset's train split it prices every answer of
+each decision's menu (hold; buy or sell 10 shares of each stock: what `train --objective
+counterfactual` prices) and turns the rewards into that objective's target, softmax(reward / T).
+Three learners then average those targets over the first n train decisions (a seeded order)
+and answer each validation decision with the answer of highest average target:
+
+- `marginal`: one average over all decisions, whatever the prompt says (a constant: what a
+  learner that does not read reaches);
+- `tabular`: one average per (ticker, sentiment) of the latest fresh telling headline (the news
+  rule's parse, `evaluate/rules.py`), or "no headline";
+- `relational`: the average per answer over all decisions (what a constant learns), plus the
+  average residual of the answer's relation to the headline: its stock or another, its direction
+  with the headline's sentiment or against it. Ten classes share three features.
+
+The last two are told the features the news rule reads; the question they answer is whether the rewards
+(hindsight prices, noisy: decisions of one window share its moves) carry enough signal in n
+decisions for a learner that looks in the right place. With `--news-strength 0` data they must
+stay at the constant's level. The eval split is not opened.
+
+    python cli.py --home /tmp/qs simulate --agents 10 --windows 480 --steps-per-window 3 --seed 0 --start 2025-01-01T00:00
+    python cli.py --home /tmp/qs build
+    python cli.py --home /tmp/qs dataset build --name qs --lookback-hours 481 --target-trajectories 100000 \\
+        --max-group-size 10 --min-actions 3 --validation-fraction 0.1 --eval-fraction 0.25 --seed 0
+    python bench/bench_signal.py --home /tmp/qs --dataset qs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from babylon_rl.evaluate.rules import CLOCK, FRESH_MINUTES, NEWS_LINE, headline_sentiment, news_rule  # noqa: E402
+from babylon_rl.settings import Home  # noqa: E402
+from babylon_rl.train.grpo import Task, load_decision_data  # noqa: E402
+
+NO_HEADLINE = None
+
+
+def headline(task: Task) -> tuple[str, str] | None:
+    """(ticker, BULLISH | BEARISH) of the latest fresh telling headline of the prompt, as the news rule reads it."""
+    text = task.request.messages[-1]["content"]
+    clock = CLOCK.search(text)
+    now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
+    for hours, minutes, ticker, line in reversed(NEWS_LINE.findall(text)):
+        if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
+            break
+        sentiment = headline_sentiment(line)
+        if sentiment in ("BULLISH", "BEARISH"):
+            return ticker, sentiment
+    return NO_HEADLINE
+
+
+def relation(news: tuple[str, str] | None, answer: dict) -> str:
+    if news is NO_HEADLINE or answer["action"] == "hold":
+        return "none"
+    with_news = (answer["action"] == "buy") == (news[1] == "BULLISH")
+    return ("its stock" if answer["ticker"] == news[0] else "another stock") + (", with" if with_news else ", against")
+
+
+def priced(tasks: list[Task], menu: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    outcomes = [[task.price(answer) for answer in menu] for task in tasks]
+    return (np.array([[reward for reward, _ in row] for row in outcomes]),
+            np.array([[outcome.correct for _, outcome in row] for row in outcomes], dtype=float))
+
+
+def tabular_answers(targets, news, seen, validation_news) -> list[int]:
+    sums: dict = {}
+    for i in seen:
+        sums[news[i]] = sums.get(news[i], 0.0) + targets[i]
+    marginal = targets[seen].mean(0)
+    return [int(np.argmax(sums.get(n, marginal))) for n in validation_news]
+
+
+def relational_answers(targets, news, seen, validation_news, answers) -> list[int]:
+    marginal = targets[seen].mean(0)
+    residuals: dict[str, list[float]] = {}
+    for i in seen:
+        for j, answer in enumerate(answers):
+            residuals.setdefault(relation(news[i], answer), []).append(targets[i, j] - marginal[j])
+    mean_residual = {name: float(np.mean(values)) for name, values in residuals.items()}
+    return [int(np.argmax([marginal[j] + mean_residual.get(relation(n, a), 0.0) for j, a in enumerate(answers)]))
+            for n in validation_news]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", required=True)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--reward-temperature", type=float, default=0.3)
+    parser.add_argument("--sizes", default="50,100,200,400,800,1600,3200")
+    parser.add_argument("--seeds", type=int, default=5)
+    args = parser.parse_args()
+
+    data = load_decision_data(Home.resolve(args.home), args.dataset)
+    menu = data.train[0].menu
+    if any(task.menu != menu for task in data.train + data.validation):
+        raise SystemExit("the windows do not share one menu (one set of stocks): this diagnostic needs one")
+    answers = [json.loads(a) for a in menu]
+    train_rewards, train_correct = priced(data.train, menu)
+    _, validation_correct = priced(data.validation, menu)
+    targets = np.exp((train_rewards - train_rewards.max(1, keepdims=True)) / args.reward_temperature)
+    targets /= targets.sum(1, keepdims=True)
+    news = [headline(t) for t in data.train]
+    validation_news = [headline(t) for t in data.validation]
+
+    def accuracy(picks: list[int]) -> float:
+        return float(np.mean([validation_correct[i, j] for i, j in enumerate(picks)]))
+
+    constant = int(np.argmax(train_correct.mean(0)))
+    rule = np.mean([t.price(news_rule(t.request, menu[constant]))[1].correct for t in data.validation])
+    print(f"{args.dataset}: {len(data.train)} train decisions ({np.mean([n is not None for n in news]):.0%} with a fresh "
+          f"telling headline), {len(data.validation)} validation; T = {args.reward_temperature}")
+    print(f"validation direction accuracy: best constant on train ({menu[constant]}) {validation_correct[:, constant].mean():.3f}; "
+          f"news rule {rule:.3f}\n")
+    print("| train decisions seen | marginal (reads nothing) | tabular learner | relational learner |\n|---:|---|---|---|")
+    for size in (int(s) for s in args.sizes.split(",")):
+        size = min(size, len(data.train))
+        marg, tab, rel = [], [], []
+        for seed in range(args.seeds):
+            seen = np.random.default_rng(seed).permutation(len(data.train))[:size]
+            marg.append(accuracy([int(np.argmax(targets[seen].mean(0)))] * len(validation_news)))
+            tab.append(accuracy(tabular_answers(targets, news, seen, validation_news)))
+            rel.append(accuracy(relational_answers(targets, news, seen, validation_news, answers)))
+        print(f"| {size} | {np.mean(marg):.3f} ± {np.std(marg):.3f} | {np.mean(tab):.3f} ± {np.std(tab):.3f} | {np.mean(rel):.3f} ± {np.std(rel):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
