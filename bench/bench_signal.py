@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,48 @@ def relational_answers(targets, news, seen, validation_news, answers) -> list[in
             for n in validation_news]
 
 
+@dataclass
+class SignalTable:
+    train_decisions: int
+    validation_decisions: int
+    with_headline: float  # share of train decisions with a fresh telling headline
+    constant: str
+    constant_accuracy: float  # validation accuracy of the best constant on train
+    rule_accuracy: float  # validation accuracy of the news rule (the constant where it does not fire)
+    rows: dict[int, dict[str, tuple[float, float]]]  # decisions seen -> learner -> (mean, std) validation accuracy
+
+
+def signal_table(home: Home, dataset: str, sizes: list[int], seeds: int = 5, temperature: float = 0.3) -> SignalTable:
+    data = load_decision_data(home, dataset)
+    menu = data.train[0].menu
+    if any(task.menu != menu for task in data.train + data.validation):
+        raise SystemExit("the windows do not share one menu (one set of stocks): this diagnostic needs one")
+    answers = [json.loads(a) for a in menu]
+    train_rewards, train_correct = priced(data.train, menu)
+    _, validation_correct = priced(data.validation, menu)
+    targets = np.exp((train_rewards - train_rewards.max(1, keepdims=True)) / temperature)
+    targets /= targets.sum(1, keepdims=True)
+    news = [headline(t) for t in data.train]
+    validation_news = [headline(t) for t in data.validation]
+
+    def accuracy(picks: list[int]) -> float:
+        return float(np.mean([validation_correct[i, j] for i, j in enumerate(picks)]))
+
+    rows = {}
+    for size in (min(s, len(data.train)) for s in sizes):
+        runs: dict[str, list[float]] = {"marginal": [], "tabular": [], "relational": []}
+        for seed in range(seeds):
+            seen = np.random.default_rng(seed).permutation(len(data.train))[:size]
+            runs["marginal"].append(accuracy([int(np.argmax(targets[seen].mean(0)))] * len(validation_news)))
+            runs["tabular"].append(accuracy(tabular_answers(targets, news, seen, validation_news)))
+            runs["relational"].append(accuracy(relational_answers(targets, news, seen, validation_news, answers)))
+        rows[size] = {name: (float(np.mean(v)), float(np.std(v))) for name, v in runs.items()}
+    constant = int(np.argmax(train_correct.mean(0)))
+    rule = float(np.mean([t.price(news_rule(t.request, menu[constant]))[1].correct for t in data.validation]))
+    return SignalTable(len(data.train), len(data.validation), float(np.mean([n is not None for n in news])),
+                       menu[constant], float(validation_correct[:, constant].mean()), rule, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", required=True)
@@ -100,37 +143,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
 
-    data = load_decision_data(Home.resolve(args.home), args.dataset)
-    menu = data.train[0].menu
-    if any(task.menu != menu for task in data.train + data.validation):
-        raise SystemExit("the windows do not share one menu (one set of stocks): this diagnostic needs one")
-    answers = [json.loads(a) for a in menu]
-    train_rewards, train_correct = priced(data.train, menu)
-    _, validation_correct = priced(data.validation, menu)
-    targets = np.exp((train_rewards - train_rewards.max(1, keepdims=True)) / args.reward_temperature)
-    targets /= targets.sum(1, keepdims=True)
-    news = [headline(t) for t in data.train]
-    validation_news = [headline(t) for t in data.validation]
-
-    def accuracy(picks: list[int]) -> float:
-        return float(np.mean([validation_correct[i, j] for i, j in enumerate(picks)]))
-
-    constant = int(np.argmax(train_correct.mean(0)))
-    rule = np.mean([t.price(news_rule(t.request, menu[constant]))[1].correct for t in data.validation])
-    print(f"{args.dataset}: {len(data.train)} train decisions ({np.mean([n is not None for n in news]):.0%} with a fresh "
-          f"telling headline), {len(data.validation)} validation; T = {args.reward_temperature}")
-    print(f"validation direction accuracy: best constant on train ({menu[constant]}) {validation_correct[:, constant].mean():.3f}; "
-          f"news rule {rule:.3f}\n")
+    table = signal_table(Home.resolve(args.home), args.dataset, [int(s) for s in args.sizes.split(",")], args.seeds,
+                         args.reward_temperature)
+    print(f"{args.dataset}: {table.train_decisions} train decisions ({table.with_headline:.0%} with a fresh telling headline), "
+          f"{table.validation_decisions} validation; T = {args.reward_temperature}")
+    print(f"validation direction accuracy: best constant on train ({table.constant}) {table.constant_accuracy:.3f}; "
+          f"news rule {table.rule_accuracy:.3f}\n")
     print("| train decisions seen | marginal (reads nothing) | tabular learner | relational learner |\n|---:|---|---|---|")
-    for size in (int(s) for s in args.sizes.split(",")):
-        size = min(size, len(data.train))
-        marg, tab, rel = [], [], []
-        for seed in range(args.seeds):
-            seen = np.random.default_rng(seed).permutation(len(data.train))[:size]
-            marg.append(accuracy([int(np.argmax(targets[seen].mean(0)))] * len(validation_news)))
-            tab.append(accuracy(tabular_answers(targets, news, seen, validation_news)))
-            rel.append(accuracy(relational_answers(targets, news, seen, validation_news, answers)))
-        print(f"| {size} | {np.mean(marg):.3f} ± {np.std(marg):.3f} | {np.mean(tab):.3f} ± {np.std(tab):.3f} | {np.mean(rel):.3f} ± {np.std(rel):.3f} |")
+    for size, row in table.rows.items():
+        print(f"| {size} | " + " | ".join(f"{row[name][0]:.3f} ± {row[name][1]:.3f}" for name in ("marginal", "tabular", "relational")) + " |")
 
 
 if __name__ == "__main__":

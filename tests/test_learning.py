@@ -3,7 +3,9 @@ chat template, rewards for the policy's own answers, GRPO steps, and held-out da
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, SYSTEM_PROMPT, decision_prompt, observation_text
 from babylon_rl.evaluate.scoring import GroundTruth, Stock, read_observation
-from babylon_rl.settings import Home
+from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.simulate.config import SimulationConfig
 from babylon_rl.simulate.trajectories import WindowPlay
 from babylon_rl.train.grpo import DIRECTION_BONUS, INVALID_REWARD, Task, group_advantages
@@ -364,6 +366,19 @@ def test_the_quickstarts_eval_design_recognises_a_news_reader(home: Path, run_cl
         assert report["comparison"][reference]["beats_outside_interval"] is recognised, report["comparison"][reference]
     # every eval now runs the same rule beside the model (falling back on the best constant) and says so
     assert report["design_check"]["beats_outside_interval"] is recognised, report["design_check"]
+    # and the rewards of the same train split teach a learner told where to look the news, only where there is news
+    # (bench/bench_signal.py; docs/history/BENCHMARKS-learning.md, 2026-11-26 afternoon)
+    signal = _bench_signal().signal_table(Home(home), params.name, [400], seeds=3).rows[400]
+    gain = signal["relational"][0] - signal["marginal"][0]
+    assert gain > 0.15 if recognised else gain < 0.1, signal
+
+
+def _bench_signal():
+    spec = importlib.util.spec_from_file_location("bench_signal", PROJECT_ROOT / "bench" / "bench_signal.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_signal"] = module  # its dataclass resolves its module by name
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path, monkeypatch) -> None:
