@@ -39,29 +39,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from babylon_rl.evaluate.rules import CLOCK, FRESH_MINUTES, NEWS_LINE, headline_sentiment, news_rule  # noqa: E402
+from babylon_rl.evaluate.rules import latest_fresh_headline, news_rule  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
 from babylon_rl.train.grpo import Task, load_decision_data  # noqa: E402
 
-NO_HEADLINE = None
-
-
-def headline(task: Task) -> tuple[str, str] | None:
-    """(ticker, BULLISH | BEARISH) of the latest fresh telling headline of the prompt, as the news rule reads it."""
-    text = task.request.messages[-1]["content"]
-    clock = CLOCK.search(text)
-    now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
-    for hours, minutes, ticker, line in reversed(NEWS_LINE.findall(text)):
-        if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
-            break
-        sentiment = headline_sentiment(line)
-        if sentiment in ("BULLISH", "BEARISH"):
-            return ticker, sentiment
-    return NO_HEADLINE
-
-
 def relation(news: tuple[str, str] | None, answer: dict) -> str:
-    if news is NO_HEADLINE or answer["action"] == "hold":
+    """How an answer stands to the latest fresh headline: its stock or another, with the sentiment or against it."""
+    if news is None or answer["action"] == "hold":
         return "none"
     with_news = (answer["action"] == "buy") == (news[1] == "BULLISH")
     return ("its stock" if answer["ticker"] == news[0] else "another stock") + (", with" if with_news else ", against")
@@ -113,8 +97,8 @@ def signal_table(home: Home, dataset: str, sizes: list[int], seeds: int = 5, tem
     _, validation_correct = priced(data.validation, menu)
     targets = np.exp((train_rewards - train_rewards.max(1, keepdims=True)) / temperature)
     targets /= targets.sum(1, keepdims=True)
-    news = [headline(t) for t in data.train]
-    validation_news = [headline(t) for t in data.validation]
+    news = [latest_fresh_headline(t.request) for t in data.train]
+    validation_news = [latest_fresh_headline(t.request) for t in data.validation]
 
     def accuracy(picks: list[int]) -> float:
         return float(np.mean([validation_correct[i, j] for i, j in enumerate(picks)]))

@@ -30,14 +30,23 @@ def headline_sentiment(headline: str) -> str | None:
     return next((s for s, patterns in _TEMPLATES.items() if any(p.fullmatch(headline.strip()) for p in patterns)), None)
 
 
-def news_rule(prompt: DecisionPrompt, fallback: str, shares: int = 10) -> str:
+def latest_fresh_headline(prompt: DecisionPrompt) -> tuple[str, str] | None:
+    """(ticker, BULLISH | BEARISH) of the latest telling headline of the last `FRESH_MINUTES`, or None."""
     text = prompt.messages[-1]["content"]
     clock = CLOCK.search(text)
     now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
     for hours, minutes, ticker, headline in reversed(NEWS_LINE.findall(text)):
         if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
-            break
+            return None
         sentiment = headline_sentiment(headline)
         if sentiment in ("BULLISH", "BEARISH"):
-            return json.dumps({"action": "buy" if sentiment == "BULLISH" else "sell", "ticker": ticker, "shares": shares})
-    return fallback
+            return ticker, sentiment
+    return None
+
+
+def news_rule(prompt: DecisionPrompt, fallback: str, shares: int = 10) -> str:
+    news = latest_fresh_headline(prompt)
+    if news is None:
+        return fallback
+    ticker, sentiment = news
+    return json.dumps({"action": "buy" if sentiment == "BULLISH" else "sell", "ticker": ticker, "shares": shares})
