@@ -43,6 +43,7 @@ from babylon_rl.evaluate.rules import latest_fresh_headline, news_rule  # noqa: 
 from babylon_rl.settings import Home  # noqa: E402
 from babylon_rl.train.grpo import Task, load_decision_data  # noqa: E402
 
+
 def relation(news: tuple[str, str] | None, answer: dict) -> str:
     """How an answer stands to the latest fresh headline: its stock or another, with the sentiment or against it."""
     if news is None or answer["action"] == "hold":

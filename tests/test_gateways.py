@@ -234,14 +234,14 @@ def test_build_on_spark_says_what_to_install(run_cli, home: Path, monkeypatch: p
     result = run_cli("simulate", "--target", "duckdb", "--agents", "2", "--windows", "1", "--seed", "2", "--start", START)
     assert result.exit_code == 0, result.output
     # Java: checked before Spark starts, where its launcher looks (JAVA_HOME, else the PATH)
-    monkeypatch.setenv("JAVA_HOME", str(home / "no-java"))
-    result = run_cli("build", "--gateway", "spark")
-    assert result.exit_code == 2 and "the spark gateway needs Java: install a JDK 17+" in result.output
-    monkeypatch.delenv("JAVA_HOME")
-    monkeypatch.setenv("PATH", str(home))
-    result = run_cli("build", "--gateway", "spark")
-    assert result.exit_code == 2 and "the spark gateway needs Java" in result.output
-    monkeypatch.undo()
+    with monkeypatch.context() as env:
+        env.setenv("JAVA_HOME", str(home / "no-java"))
+        result = run_cli("build", "--gateway", "spark")
+        assert result.exit_code == 2 and "the spark gateway needs Java: install a JDK 17+" in result.output
+        env.delenv("JAVA_HOME")
+        env.setenv("PATH", str(home))
+        result = run_cli("build", "--gateway", "spark")
+        assert result.exit_code == 2 and "the spark gateway needs Java" in result.output
     # pyspark
     for name in [name for name in sys.modules if name == "pyspark" or name.startswith("pyspark.")] or ["pyspark"]:
         monkeypatch.setitem(sys.modules, name, None)
