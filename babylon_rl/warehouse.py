@@ -61,6 +61,12 @@ class RawTable:
     columns: tuple[tuple[str, str], ...]  # (column, DuckDB type)
     primary_key: str  # unique in the game's table; kept unique here by the snapshot's upsert and the simulator's check
     watermark: str  # the column whose growth marks new or changed rows
+    # DuckDB's compression for some text columns, named instead of chosen: otherwise DuckDB tries every
+    # method on every string of each row group. stepsJson (~31 KB a document) ends up uncompressed
+    # whatever it tries. Written outside a transaction, naming them halved a 100k copy of
+    # raw.trajectories (11.1 s -> 5.1 s); inside the snapshot's one transaction the gain is ~1 s of
+    # ~20 (docs/history/BENCHMARKS-build.md), at the same file size.
+    compression: tuple[tuple[str, str], ...] = ()
 
     @property
     def column_names(self) -> list[str]:
@@ -69,7 +75,11 @@ class RawTable:
     def ddl(self, schema: str = "raw", replace: bool = False) -> str:
         """The table without a PRIMARY KEY constraint: DuckDB's index behind one cost a 100k snapshot
         12 s at its commit (1.4M keys; docs/BENCHMARKS.md), and nothing here looks rows up by it."""
-        cols = ",\n    ".join(f'"{name}" {type_}' for name, type_ in self.columns)
+        compression = dict(self.compression)
+        cols = ",\n    ".join(
+            f'"{name}" {type_}' + (f" USING COMPRESSION {compression[name]}" if name in compression else "")
+            for name, type_ in self.columns
+        )
         create = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
         return f"{create} {schema}.{self.name} (\n    {cols}\n)"
 
@@ -95,6 +105,10 @@ RAW_TABLES: tuple[RawTable, ...] = (
         ),
         primary_key="id",
         watermark="updatedAt",
+        compression=(
+            ("stepsJson", "uncompressed"),
+            *((name, "fsst") for name in ("id", "trajectoryId", "episodeId", "rewardComponentsJson", "metricsJson")),
+        ),
     ),
     RawTable(
         "llm_call_logs",
@@ -109,6 +123,9 @@ RAW_TABLES: tuple[RawTable, ...] = (
         ),
         primary_key="id",
         watermark="createdAt",
+        compression=tuple(
+            (name, "fsst") for name in ("id", "stepId", "callId", "userPrompt", "messagesJson", "response", "reasoning")
+        ),
     ),
     RawTable(
         "market_outcomes",
