@@ -99,8 +99,10 @@ def _select_source(table: RawTable) -> str:
 
 def _check_game_tables(conn: duckdb.DuckDBPyConnection, url: str) -> None:
     """A source without the game's tables (an empty or unmigrated database) is a setup error, not a failed copy."""
-    present = {row[0] for row in conn.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = $db AND schema_name = 'public'", {"db": SOURCE_ALIAS}).fetchall()}
+    # Asked of PostgreSQL itself: DuckDB's duckdb_tables() loads the attached catalog's every table, 0.5 s of
+    # a 4.7 s build after one new window at 100k.
+    query = "SELECT table_name FROM information_schema.tables WHERE table_schema = ''public''"
+    present = {row[0] for row in conn.execute(f"SELECT table_name FROM postgres_query('{SOURCE_ALIAS}', '{query}')").fetchall()}
     missing = [table.name for table in RAW_TABLES if table.name not in present]
     if missing:
         raise DatabaseError(f"{mask_url(url)} has no {', '.join(missing)} table(s): run python cli.py db migrate there first, "
