@@ -22,6 +22,10 @@ own under /usr/bin/time -v (wall seconds and peak RSS):
    `cli.py build --every` (SQLMesh imported and the project loaded before the window arrives).
 5. **a changed mart**: `agent_window_pnl.sql` edited in a copy of the project, then `cli.py build`
    of that copy on the same home: SQLMesh recomputes that mart and the marts that read it.
+6. **the parse's floor**: one pass of DuckDB's JSON parser over every stepsJson in the warehouse
+   (the calls' structure, as staging.llm_calls reads it), on one thread as DuckDB scans a table
+   under 122,880 rows, and split into two scans that run side by side: with COPY, the least any
+   pipeline that copies the game and then parses it can cost.
 
 Prints each step and the ratios the build-speed goals are stated in. The database is dropped at
 the end; HOME is kept for a look at the warehouse.
@@ -73,6 +77,28 @@ def plain_read(url: str) -> dict:
             groups += len(group) >= 2
             trajectories += len(group)
     return {"windows": windows, "groups": groups, "trajectories": trajectories, "llm_calls": calls}
+
+
+def parse_floor(warehouse_file: str) -> dict:
+    """Seconds for one json_transform of every raw stepsJson (the calls' structure): in one scan, and in two halves side by side."""
+    import duckdb  # here, not at the top: the plain reader's process should not carry it
+
+    from macros.steps import STEP_CALLS_STRUCTURE
+
+    conn = duckdb.connect(config={"threads": 2, "memory_limit": "1GB", "autoload_known_extensions": False})
+    conn.execute(f"ATTACH '{warehouse_file}' AS w (READ_ONLY)")
+    size = conn.execute('SELECT sum(length("stepsJson")) FROM w.raw.trajectories').fetchone()[0]
+    parse = f"""sum(len(json_transform("stepsJson", '{STEP_CALLS_STRUCTURE}')))"""
+    seconds = {}
+    for label, sql in (
+        ("one_scan", f"SELECT {parse} FROM w.raw.trajectories"),
+        ("two_scans", f"""SELECT {parse} FROM (SELECT "stepsJson" FROM w.raw.trajectories WHERE rowid % 2 = 0
+                                               UNION ALL SELECT "stepsJson" FROM w.raw.trajectories WHERE rowid % 2 = 1)"""),
+    ):
+        began = time.perf_counter()
+        conn.execute(sql).fetchone()
+        seconds[label] = time.perf_counter() - began
+    return {"bytes": size, **seconds}
 
 
 def copy_binary(url: str) -> dict:
@@ -158,6 +184,12 @@ def _bench(url: str, home: Path, agents: int, windows: int, new_agents: int) -> 
                                 "--min-actions", "0", "--min-agents", "2")
     _line("  a dataset of every window instead", all_s, all_rss,
           f"pipeline {(snap_s + build_s + all_s) / read_s:.2f}x the plain read")
+    _, _, floor = _timed_self("floor", str(home / "warehouse.duckdb"))
+    _line("floor: one parse of every stepsJson", floor["one_scan"], 0,
+          f"{floor['bytes'] / 1e9:.2f} GB, {floor['bytes'] / 1e6 / floor['one_scan']:,.0f} MB/s on one thread; "
+          f"{floor['two_scans']:.1f} s in two scans side by side")
+    least = copy_s + floor["two_scans"]
+    _line("floor: COPY + that parse", least, 0, f"{least / read_s:.2f}x the plain read: less than any pipeline that copies, then parses")
 
     def add_window() -> None:
         began = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -204,6 +236,12 @@ def main(ctx: click.Context, agents: int, windows: int, new_agents: int, admin_u
 @click.argument("url")
 def read_command(url: str) -> None:
     click.echo(json.dumps(plain_read(url)))
+
+
+@main.command("floor", hidden=True)
+@click.argument("warehouse_file")
+def floor_command(warehouse_file: str) -> None:
+    click.echo(json.dumps(parse_floor(warehouse_file)))
 
 
 @main.command("copy", hidden=True)
