@@ -81,11 +81,11 @@ def plain_read(url: str) -> dict:
 
 def parse_floor(warehouse_file: str) -> dict:
     """Seconds for one json_transform of every raw stepsJson (the calls' structure): in one scan, and in two halves side by side."""
-    import duckdb  # here, not at the top: the plain reader's process should not carry it
-
+    # imported here, not at the top: the plain reader's process should not carry DuckDB
+    from babylon_rl.warehouse import connect_memory
     from macros.steps import STEP_CALLS_STRUCTURE
 
-    conn = duckdb.connect(config={"threads": 2, "memory_limit": "1GB", "autoload_known_extensions": False})
+    conn = connect_memory()  # the warehouse's settings: offline, its memory limit
     conn.execute(f"ATTACH '{warehouse_file}' AS w (READ_ONLY)")
     size = conn.execute('SELECT sum(length("stepsJson")) FROM w.raw.trajectories').fetchone()[0]
     parse = f"""sum(len(json_transform("stepsJson", '{STEP_CALLS_STRUCTURE}')))"""
