@@ -448,12 +448,16 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--train-layers", type=click.IntRange(min=0), default=4, show_default=True,
               help="--on-policy: LoRA on the top N blocks only (the frozen blocks below cost no backward pass); 0 = all.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual"]), default="grpo", show_default=True,
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu"]), default="grpo", show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
                    "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline; "
                    "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
-                   "the policy fitted to softmax(reward / --reward-temperature) over them.")
+                   "the policy fitted to softmax(reward / --reward-temperature) over them; menu = the same target with "
+                   "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md).")
+@click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
+@click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
+              help="--objective menu: renamed copies of each train decision (0: the real tickers).")
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
@@ -478,6 +482,7 @@ def train(obj: BabylonContext, **options) -> None:
       python cli.py train --dataset demo --on-policy --max-steps 12
       python cli.py train --dataset demo --objective imitate --run-name demo-imitation --max-steps 12
       python cli.py train --dataset demo --objective counterfactual --groups-per-step 16 --learning-rate 1e-3 --max-steps 20
+      python cli.py train --dataset demo --objective menu --groups-per-step 32 --epochs 3 --eval-every 20 --keep-best
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume

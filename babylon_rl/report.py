@@ -198,7 +198,7 @@ def policies_plot(evaluation: dict | None) -> str | None:
 
 
 def heldout_curve_plot(curve: list[dict] | None) -> str | None:
-    """bench/bench_learning.py's curve: held-out accuracy and P&L per decision after each number of steps."""
+    """bench/bench_learning.py's curve: held-out accuracy and P&L per decision after each number of training decisions seen."""
     if not curve:
         return None
     _use_agg()
@@ -212,7 +212,7 @@ def heldout_curve_plot(curve: list[dict] | None) -> str | None:
         for name, style in (("constant", "--"), ("news_rule", ":")):
             if f"{name}_{key}" in curve[0]:
                 ax.axhline(curve[0][f"{name}_{key}"], linestyle=style, color="#555", label=name.replace("_", " "))
-        ax.set_xlabel("training step")
+        ax.set_xlabel("training decisions seen")
         ax.set_title(label, fontsize=9)
         ax.legend(fontsize=7)
     return _svg(fig)
@@ -287,7 +287,7 @@ def render(data: RunData) -> str:
         section("Held-out results by policy", policies_plot(data.eval),
                  "Compared to what, and how sure? Each policy's value on the held-out windows with its 95 % interval; green is the trained model."),
         section("Held-out curve", heldout_curve_plot(data.curve),
-                 "Did it learn, step by step? Held-out accuracy and P&L after each number of training steps (bench/bench_learning.py)."),
+                 "Did it learn? Held-out accuracy and P&L after each number of training decisions seen (bench/bench_learning.py)."),
         section("Training curves", curves_plot(data.metrics),
                  f"What training saw, per step ({len(data.metrics)} steps of metrics.csv): faint raw values, bold the trailing mean."),
         section("Windows and agents over time", windows_plot(data.dataset), "Agents per window (bars) and trajectories kept in the dataset (dots), by split."),

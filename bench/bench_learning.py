@@ -1,41 +1,52 @@
-"""The learning curve: held-out direction accuracy and P&L per decision against GRPO steps, in one command.
+"""Does training make the agent better? The held-out learning curve, with the frozen part computed once. Resumable.
 
-Runs the quickstart's pipeline at a longer budget in a fresh home (simulate -> build -> dataset
--> SmolLM2 -> imitation baseline -> GRPO with a checkpoint every `--checkpoint-every` steps),
-then replays the held-out windows for the base model (step 0) and every checkpoint. The eval
-split is read only here, after training, to draw the curve: no checkpoint is chosen by it.
-Next to the curve: the best constant action (chosen on train + validation) and the rule that
-reads the news (`evaluate/rules.py`: buy the ticker of the latest bullish headline of the last 30 minutes, sell on a
-bearish one, else the best constant), the reference a learner could reach.
+One command, on the quickstart's world (10 agents, 480 windows, 3 decisions a window; `--news-strength`
+1 by default, 0 for the control):
+1. simulate -> build -> dataset `learn` (train, validation 10 %, eval: the newest 25 % of windows);
+2. take `--train-decisions` train decisions (seeded), every validation decision up to `--validation-decisions`,
+   and `--eval-per-window` decisions of each eval window; price every answer of each decision's menu
+   (hold; buy or sell `--shares` of each stock) against its window's ground truth;
+3. compute the frozen blocks' output once for every packed prompt + menu (train: `--variants` renamed copies);
+4. train LoRA on the top blocks from those states (`babylon_rl/train/cached.py`): the counterfactual menu
+   objective, and imitation of the logged answers for the same steps (the baseline); every
+   `--eval-every` steps both answer validation (the checkpoint is chosen there: highest mean reward),
+   and the counterfactual policy also answers the held-out decisions, for the curve only;
+5. at the chosen checkpoints: the trained policy against its base, the best constant (chosen on train +
+   validation, at the same size), the logged agents and imitation, paired over eval windows, bootstrap 95 %.
 
-Writes HOME/runs/RUN/curve.json (the report draws it) and prints Markdown for docs/BENCHMARKS.md:
-seconds per GRPO step, tokens/s, peak RSS, k and decisions per step.
+A policy answers by ranking its menu (the JSON action it rates most likely of the menu's, what
+constrained decoding returns), and that exact action is priced. A kill leaves the states and the last
+checkpoint on disk; the same command continues from them. Writes HOME/runs/learn-cached/: curve.json
+(the report draws it), result.json (the comparisons, timings, every trajectory id read per split).
 
-    python bench/bench_learning.py --home /tmp/brl-learn --steps 60 --checkpoint-every 10
-    python bench/bench_learning.py --home /tmp/brl-learn0 --news-strength 0 --steps 60   # the control
+    python bench/bench_learning.py --home /tmp/brl-learn
+    python bench/bench_learning.py --home /tmp/brl-learn0 --news-strength 0     # the control
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
 import shutil
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from babylon_rl.context import BabylonContext  # noqa: E402
 from babylon_rl.dataset.params import BuildParams  # noqa: E402
-from babylon_rl.evaluate import EvalOptions  # noqa: E402
-from babylon_rl.evaluate.rules import news_rule  # noqa: E402
-from babylon_rl.evaluate.run import score_answers  # noqa: E402
+
+TODAYS_TRAINER_SECONDS = (1.2, 1.7)  # the counterfactual trainer's seconds per training decision before the cache (issue 43)
+RUN = "learn-cached"
+
 
 def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
     """A fresh home with the simulated world (`args`: home, agents, windows, steps_per_window, news_strength, seed)
@@ -51,81 +62,246 @@ def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
     return ctx
 
 
-def point(step: int, result) -> dict:
-    model = result.model_result.metrics
-    row = {"step": step}
-    for key in ("direction_accuracy", "pnl_per_decision", "valid_rate"):
-        row |= {key: model[key].value, f"{key}_low": model[key].low, f"{key}_high": model[key].high}
-    return row
+def world(args) -> BabylonContext:
+    """The simulated world and the base model, made once (a re-run finds them)."""
+    marker = args.home / "world.json"
+    wanted = {k: getattr(args, k) for k in ("agents", "windows", "steps_per_window", "news_strength", "seed")}
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        return BabylonContext.create(str(args.home))
+    ctx = simulate_and_split(args, eval_fraction=0.25)
+    ctx.model_init("smollm2-135m")
+    marker.write_text(json.dumps(wanted))
+    return ctx
+
+
+def splits(ctx: BabylonContext, args):
+    """Train and validation tasks (train.grpo: never the eval split), then the eval decisions, opened last."""
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.evaluate.decisions import load_eval_set
+    from babylon_rl.train.grpo import Task, load_decision_data
+
+    data = load_decision_data(ctx.home, "learn")
+    rng = np.random.default_rng(args.seed)
+    train = [data.train[i] for i in sorted(rng.choice(len(data.train), min(args.train_decisions, len(data.train)), replace=False))]
+    validation = [data.validation[i] for i in sorted(rng.choice(len(data.validation), min(args.validation_decisions, len(data.validation)), replace=False))]
+    eval_set = load_eval_set(Dataset.open(ctx.home, "learn")).sample(args.eval_per_window, args.seed)
+    held_out = [Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions]
+    return data, train, validation, eval_set, held_out
+
+
+def cached(name: str, items, trainer, run_dir: Path, args, log) -> float:
+    """Fill the items' frozen states, from disk where an earlier run saved them; seconds per item computed."""
+    from babylon_rl.train.cached import cache_states, load_states, save_states
+
+    path = run_dir / f"states-{name}.pt"
+    load_states(items, path)
+    todo = sum(item.states is None for item in items)
+    if not todo:
+        return float("nan")
+    started = time.monotonic()
+    for start in range(0, len(items), 400):  # saved as it goes: a kill loses at most one chunk
+        part = items[start : start + 400]
+        if any(item.states is None for item in part):
+            cache_states(trainer.split, part, args.cache_batch, args.device)
+            save_states(items, path)
+            log(f"  {name}: frozen states {min(start + 400, len(items))}/{len(items)} ({time.monotonic() - started:.0f} s)")
+    return (time.monotonic() - started) / todo
+
+
+def priced(trainer, items) -> tuple[list[str], dict]:
+    """The policy's chosen answers and their mean reward, accuracy and P&L per decision."""
+    chosen = trainer.choose(items)
+    answers = [item.answers[i] for item, i in zip(items, chosen)]
+    rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
+    outcomes = [item.task.price(a)[1] for item, a in zip(items, answers)]
+    return answers, {"reward": float(np.mean(rewards)), "direction_accuracy": float(np.mean([o.correct for o in outcomes])),
+                     "pnl_per_decision": float(np.mean([o.pnl for o in outcomes]))}
+
+
+def train_policy(objective: str, trainer, train_items, validation_items, held_out_items, run_dir: Path, args, log) -> dict:
+    """Steps over shuffled epochs of the train items; every `eval_every` steps a checkpoint answers validation (and, for
+    the curve, the held-out decisions); returns the state of the one with the best validation reward."""
+    import torch
+
+    path = run_dir / f"{objective}.pt"
+    saved = torch.load(path, weights_only=False) if path.exists() else None
+    rng = np.random.default_rng(args.seed + 1)
+    order = np.concatenate([rng.permutation(len(train_items)) for _ in range(args.epochs)])
+    total = len(order) // args.batch
+    curve, seconds, best = [], [], None
+    if saved:
+        trainer.restore(saved["state"])
+        curve, seconds, best = saved["curve"], saved["seconds"], saved["best"]
+        log(f"  {objective}: resumed at step {trainer.steps}/{total}")
+    while trainer.steps < total:
+        start = trainer.steps * args.batch
+        seconds.append(trainer.step([train_items[i] for i in order[start : start + args.batch]])["seconds"])
+        if trainer.steps % args.eval_every and trainer.steps != total:
+            continue
+        _, val = priced(trainer, validation_items)
+        row = {"step": trainer.steps, "decisions_seen": trainer.steps * args.batch, "validation": val}
+        if objective == "counterfactual":
+            row["held_out_answers"], row["held_out"] = priced(trainer, held_out_items)
+        curve.append(row)
+        if best is None or val["reward"] > best["validation"]["reward"]:
+            best = row | {"state": {k: v for k, v in trainer.state().items() if k != "optimizer"}}
+        torch.save({"state": trainer.state(), "curve": curve, "seconds": seconds, "best": best}, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+        log(f"  {objective} step {trainer.steps}/{total}: validation {val['direction_accuracy']:.3f} acc, {val['reward']:+.3f} reward"
+            + (f"; held-out {row['held_out']['direction_accuracy']:.3f} acc, {row['held_out']['pnl_per_decision']:+.2f} P&L"
+               if "held_out" in row else "") + f" ({np.median(seconds):.2f} s/step)")
+    return {"curve": curve, "seconds": seconds, "best": best}
+
+
+def resized(answer: str, shares: int) -> str:
+    action = json.loads(answer)
+    return json.dumps(action | {"shares": shares}) if "shares" in action else answer
 
 
 def main() -> None:
+    from babylon_rl.evaluate import EvalOptions
+    from babylon_rl.evaluate.constant import best_constant
+    from babylon_rl.evaluate.decisions import load_train_decisions
+    from babylon_rl.evaluate.rules import news_rule
+    from babylon_rl.evaluate.run import compare_results, scored_answers
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, default=Path("/tmp/brl-learn"))
     parser.add_argument("--agents", type=int, default=10)
-    parser.add_argument("--windows", type=int, default=160)
+    parser.add_argument("--windows", type=int, default=480)
     parser.add_argument("--steps-per-window", type=int, default=3)
     parser.add_argument("--news-strength", type=float, default=1.0)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--checkpoint-every", type=int, default=10)
-    parser.add_argument("--groups-per-step", type=int, default=8)
-    parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--kl-coef", type=float, default=0.02)
-    parser.add_argument("--eval-decisions-per-window", type=int, default=6)
+    parser.add_argument("--train-decisions", type=int, default=2000)
+    parser.add_argument("--validation-decisions", type=int, default=400)
+    parser.add_argument("--eval-per-window", type=int, default=10)
+    parser.add_argument("--variants", type=int, default=2, help="renamed copies of each train decision (0: real names)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--eval-every", type=int, default=40)
+    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--reward-temperature", type=float, default=0.3)
+    parser.add_argument("--shares", type=int, default=50)
+    parser.add_argument("--ema", type=float, default=0.98)
+    parser.add_argument("--cache-batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 
     started = time.monotonic()
-    ctx = simulate_and_split(args, eval_fraction=0.2)
-    common = dict(dataset="learn", backend="torch", on_policy=True, learning_rate=args.learning_rate, groups_per_step=args.groups_per_step,
-                  max_steps=args.steps, seed=args.seed, device=args.device, checkpoint_every=args.checkpoint_every)
-    imitation_started = time.monotonic()
-    ctx.train(run_name="imitation", objective="imitate", **common)
-    imitation_seconds = time.monotonic() - imitation_started
-    grpo_started = time.monotonic()
-    trained = ctx.train(run_name="learn", samples=args.samples, kl_coef=args.kl_coef, inner_epochs=2, **common)
-    grpo_seconds = time.monotonic() - grpo_started
+    run_dir = args.home / "runs" / RUN
+    log_path = run_dir / "bench.log"
 
-    options = dict(dataset="learn", seed=args.seed, device=args.device, max_decisions_per_window=args.eval_decisions_per_window)
-    base = ctx.evaluate(EvalOptions(model="smollm2-135m", baseline="none", **options))
-    curve = [point(0, base)]
-    for checkpoint in trained.checkpoints:
-        step = int(checkpoint.name.split("-")[1])
-        last = step == trained.steps
-        result = ctx.evaluate(EvalOptions(model=str(checkpoint), imitation="imitation" if last else None,
-                                          baseline=None if last else "none", **options))
-        curve.append(point(step, result))
-    constant = result.constant.answer if result.constant else json.dumps({"action": "hold"})
-    decisions = result.eval_set.decisions
-    references = {name: {key: scored.metrics[key].value for key in ("direction_accuracy", "pnl_per_decision")}
-                  for name, scored in (("constant", score_answers("constant", [constant] * len(decisions), result)),
-                                       ("news_rule", score_answers("news rule", [news_rule(d.request, constant) for d in decisions], result)))}
+    def log(line: str) -> None:
+        print(line, flush=True)
+        with log_path.open("a") as f:
+            f.write(f"{datetime.now():%H:%M:%S} {line}\n")
+
+    ctx = world(args)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    settings_path = run_dir / "settings.json"
+    if settings_path.exists() and json.loads(settings_path.read_text()) != settings:
+        sys.exit(f"{run_dir} holds a run with other settings ({settings_path}): use another --home, or remove {run_dir}")
+    settings_path.write_text(json.dumps(settings, indent=1))
+    log(f"bench_learning {' '.join(sys.argv[1:])}")
+
+    data, train, validation, eval_set, held_out = splits(ctx, args)
+    options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature,
+                          shares=args.shares, variants=args.variants, ema=args.ema, cache_batch=args.cache_batch,
+                          seed=args.seed, device=args.device)
+    base_model = str(ctx.home.models / "smollm2-135m")
+    trainer = MenuTrainer(base_model, options)
+    rng = np.random.default_rng(args.seed + 2)
+    train_items = make_items(trainer.tokenizer, train, options, args.variants, rng)
+    validation_items = make_items(trainer.tokenizer, validation, options, 0, rng)
+    held_out_items = make_items(trainer.tokenizer, held_out, options, 0, rng)
+    log(f"{len(train)} train decisions x {max(args.variants, 1)} namings = {len(train_items)} items; {len(validation_items)} validation; "
+        f"{len(held_out_items)} held-out decisions in {len(eval_set.windows)} eval windows")
+    cache_seconds = {name: cached(name, items, trainer, run_dir, args, log)
+                     for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
+
+    base_answers, _ = priced(trainer, held_out_items)
+    _, base_validation = priced(trainer, validation_items)
+    trainers = {"counterfactual": trainer, "imitate": MenuTrainer(base_model, replace(options, objective="imitate"))}
+    results = {name: train_policy(name, policy, train_items, validation_items, held_out_items, run_dir, args, log)
+               for name, policy in trainers.items()}
+    imitation = trainers["imitate"]
+    imitation.restore(results["imitate"]["best"]["state"])
+    imitation_answers, _ = priced(imitation, held_out_items)
+    best = results["counterfactual"]["best"]
+
+    # the references: the best constant (train + validation decisions only, at the menu's size) and the news rule
+    chosen_on = load_train_decisions(__import__("babylon_rl.dataset.dataset", fromlist=["Dataset"]).Dataset.open(ctx.home, "learn"))
+    constant = resized(best_constant(chosen_on.decisions, chosen_on.truths, 0.5).answer, args.shares)
+    decisions = eval_set.decisions
+    eval_options = EvalOptions(model=RUN, dataset="learn", seed=args.seed)
+    policies = [scored_answers(role, name, answers, eval_set, eval_options) for role, name, answers in (
+        ("logged", "logged agents", [d.logged_answer for d in decisions]),
+        ("constant", f"best constant: {constant}", [constant] * len(decisions)),
+        ("reader", "news rule", [news_rule(d.request, constant, args.shares) for d in decisions]),
+        ("baseline", "base SmolLM2-135M", base_answers),
+        ("imitation", f"imitation (step {results['imitate']['best']['step']})", imitation_answers),
+        ("model", f"trained (step {best['step']})", best["held_out_answers"]))]
+    comparison, design = compare_results(policies, eval_set, eval_options)
+    learning = all(c["beats_outside_interval"] for role, c in comparison.items() if role != "reader")
+    references = {p.role: {k: p.metrics[k].value for k in ("direction_accuracy", "pnl_per_decision")} for p in policies}
+
+    def point(items_seen: int, answers: list[str]) -> dict:
+        scored = scored_answers("model", "checkpoint", answers, eval_set, eval_options)
+        compare_results([scored], eval_set, eval_options)
+        return {"step": items_seen} | {f"{key}{end}": getattr(scored.metrics[key], attr) for key in ("direction_accuracy", "pnl_per_decision")
+                                       for end, attr in (("", "value"), ("_low", "low"), ("_high", "high"))}
+
+    curve = [point(0, base_answers)] + [point(row["decisions_seen"], row["held_out_answers"]) | {
+        "validation_accuracy": row["validation"]["direction_accuracy"]} for row in results["counterfactual"]["curve"]]
     for row in curve:
-        for name, metrics in references.items():
-            row |= {f"{name}_{key}": value for key, value in metrics.items()}
-    (trained.run_dir / "curve.json").write_text(json.dumps(curve, indent=1))
-    ctx.report("learn")
+        row |= {f"{name}_{key}": references[role][key] for name, role in (("constant", "constant"), ("news_rule", "reader"))
+                for key in ("direction_accuracy", "pnl_per_decision")}
+    tokens = {name: float(np.mean([len(i.packed) for i in items])) for name, items in
+              (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
+    step_seconds = float(np.median(results["counterfactual"]["seconds"]))
+    timings = {"seconds_per_item_cached": cache_seconds, "tokens_per_packed_decision": tokens,
+               "train_seconds_per_step_median": step_seconds, "train_seconds_per_decision_epoch": step_seconds / args.batch,
+               "factor_vs_todays_trainer": [t / (step_seconds / args.batch) for t in TODAYS_TRAINER_SECONDS],
+               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "whole_run_seconds": time.monotonic() - started}
+    (run_dir / "curve.json").write_text(json.dumps(curve, indent=1))
+    (run_dir / "result.json").write_text(json.dumps({
+        "settings": settings, "learning_shown": learning, "chosen_step": best["step"], "chosen_validation": best["validation"],
+        "base_validation": base_validation, "comparison": comparison, "design_check": design,
+        "policies": [p.to_dict() for p in policies], "timings": timings,
+        "read_ids": {"train_and_validation": data.read_ids, "eval": sorted({d.trajectory_id for d in decisions})},
+        "validation_curves": {k: [{"step": r["step"], **r["validation"]} for r in v["curve"]] for k, v in results.items()},
+    }, indent=1))
+    report(args, policies, comparison, curve, timings, learning, best, len(eval_set.windows))
 
-    rows = list(csv.DictReader((trained.run_dir / "metrics.csv").open()))
-    step_seconds = [float(r["step_seconds"]) for r in rows]
-    tokens_per_s = [float(r["tokens_per_s"]) for r in rows]
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def report(args, policies, comparison, curve, timings, learning, best, windows) -> None:
     print(f"\nCommand: `python bench/bench_learning.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, "
           f"{datetime.now():%Y-%m-%d %H:%M}, load {os.getloadavg()[0]:.1f}\n")
-    print(f"- whole run {time.monotonic() - started:.0f} s, peak RSS {peak_mb:.0f} MB; GRPO {grpo_seconds:.0f} s for {args.steps} steps "
-          f"({args.groups_per_step} decisions x k={args.samples}); imitation {imitation_seconds:.0f} s for the same steps")
-    print(f"- seconds per GRPO step: median {sorted(step_seconds)[len(step_seconds) // 2]:.1f} (min {min(step_seconds):.1f}, "
-          f"max {max(step_seconds):.1f}); tokens/s median {sorted(tokens_per_s)[len(tokens_per_s) // 2]:.0f}\n")
-    print("| step | held-out direction accuracy [95 % CI] | held-out P&L per decision [95 % CI] | valid |")
-    print("|---:|---:|---:|---:|")
+    t = timings
+    print(f"- whole run {t['whole_run_seconds']:.0f} s, peak RSS {t['peak_rss_mb']:.0f} MB; frozen states "
+          + ", ".join(f"{k} {v:.3f} s/item" for k, v in t["seconds_per_item_cached"].items() if v == v)
+          + f"; tokens per packed decision {t['tokens_per_packed_decision']['train']:.0f}")
+    print(f"- a training step of {args.batch} items: median {t['train_seconds_per_step_median']:.2f} s = "
+          f"{t['train_seconds_per_decision_epoch']:.3f} s per decision and epoch, "
+          f"{t['factor_vs_todays_trainer'][0]:.0f}-{t['factor_vs_todays_trainer'][1]:.0f}x fewer than today's trainer (1.2-1.7 s)\n")
+    print(f"Held-out curve ({windows} eval windows; x = train items seen):\n")
+    print("| items seen | direction accuracy | P&L per decision | validation accuracy |\n|---:|---:|---:|---:|")
     for row in curve:
         print(f"| {row['step']} | {row['direction_accuracy']:.3f} [{row['direction_accuracy_low']:.3f}, {row['direction_accuracy_high']:.3f}] | "
-              f"{row['pnl_per_decision']:+.2f} [{row['pnl_per_decision_low']:+.2f}, {row['pnl_per_decision_high']:+.2f}] | {row['valid_rate']:.2f} |")
-    for name, metrics in references.items():
-        print(f"| {name} | {metrics['direction_accuracy']:.3f} | {metrics['pnl_per_decision']:+.2f} | |")
-    print(f"\nlearning shown at the last step: {result.learning_shown}")
+              f"{row['pnl_per_decision']:+.2f} [{row['pnl_per_decision_low']:+.2f}, {row['pnl_per_decision_high']:+.2f}] | "
+              f"{row.get('validation_accuracy', float('nan')):.3f} |")
+    print("\n| policy | direction accuracy [95 % CI] | P&L per decision [95 % CI] |\n|---|---:|---:|")
+    for p in policies:
+        a, m = p.metrics["direction_accuracy"], p.metrics["pnl_per_decision"]
+        print(f"| {p.name} | {a.value:.3f} [{a.low:.3f}, {a.high:.3f}] | {m.value:+.2f} [{m.low:+.2f}, {m.high:+.2f}] |")
+    print(f"\nThe trained policy (step {best['step']}, chosen on validation) against each reference, paired over windows:\n")
+    for role, c in comparison.items():
+        acc, pnl = c["direction_accuracy_diff"], c["pnl_per_decision_diff"]
+        print(f"- vs {role}: accuracy {acc['value']:+.3f} [{acc['low']:+.3f}, {acc['high']:+.3f}], P&L {pnl['value']:+.2f} "
+              f"[{pnl['low']:+.2f}, {pnl['high']:+.2f}]: {'beats it' if c['beats_outside_interval'] else 'does not beat it'}")
+    print(f"\nlearning shown: {learning}")
 
 
 if __name__ == "__main__":

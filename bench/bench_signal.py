@@ -24,6 +24,15 @@ stay at the constant's level. The eval split is not opened.
     python cli.py --home /tmp/qs dataset build --name qs --lookback-hours 481 --target-trajectories 100000 \\
         --max-group-size 10 --min-actions 3 --validation-fraction 0.1 --eval-fraction 0.25 --seed 0
     python bench/bench_signal.py --home /tmp/qs --dataset qs
+
+`objective_signal` measures a training objective before any model trains on it: under the
+objective's own loss (cross-entropy to softmax(reward / T) over the menu) on the validation
+decisions, how much a policy that reads the headline (the train marginal tilted towards the news
+rule's answer, the tilt fitted on train: a diagnostic, never a policy) gains over the marginal, per
+decision, and how much that gain spreads over windows; `needed` is about how many decisions' worth
+of windows it takes for the gain to stand two standard errors clear of zero. Candidates: the menu's
+trade size (10 shares, 50), and renamed tickers (each decision under a random permutation of its
+stocks, so the marginal cannot hold a per-ticker constant).
 """
 
 from __future__ import annotations
@@ -119,6 +128,60 @@ def signal_table(home: Home, dataset: str, sizes: list[int], seeds: int = 5, tem
                        menu[constant], float(validation_correct[:, constant].mean()), rule, rows)
 
 
+def _targets(rewards: np.ndarray, temperature: float) -> np.ndarray:
+    targets = np.exp((rewards - rewards.max(1, keepdims=True)) / temperature)
+    return targets / targets.sum(1, keepdims=True)
+
+
+def _exchangeable(targets: np.ndarray, answers: list[dict]) -> np.ndarray:
+    """The marginal a learner of renamed tickers can hold: hold, and each direction spread evenly over the stocks."""
+    out = targets.copy()
+    for kind in ("buy", "sell"):
+        columns = [j for j, a in enumerate(answers) if a["action"] == kind]
+        out[..., columns] = targets[..., columns].mean(-1, keepdims=True)
+    return out
+
+
+def objective_signal(home: Home, dataset: str, shares: int, renamed: bool, temperature: float = 0.3) -> dict[str, float]:
+    """The gain in nats per validation decision of a headline-reading policy over the marginal, under this objective."""
+    from babylon_rl.train.cached import menu as menu_of
+
+    data = load_decision_data(home, dataset)
+    menu = menu_of(data.train[0], shares)
+    answers = [json.loads(a) for a in menu]
+    train_targets = _targets(priced(data.train, menu)[0], temperature)
+    validation_targets = _targets(priced(data.validation, menu)[0], temperature)
+    marginal = train_targets.mean(0)
+    if renamed:
+        marginal = _exchangeable(marginal, answers)
+
+    def rule_column(task: Task) -> int | None:
+        news = latest_fresh_headline(task.request)
+        if news is None:
+            return None
+        wanted = {"action": "buy" if news[1] == "BULLISH" else "sell", "ticker": news[0], "shares": shares}
+        return next((j for j, a in enumerate(answers) if a == wanted), None)
+
+    def gains(tasks: list[Task], targets: np.ndarray, tilt: float) -> np.ndarray:
+        out = np.zeros(len(tasks))
+        for i, task in enumerate(tasks):
+            column = rule_column(task)
+            if column is not None:
+                tilted = (1 - tilt) * marginal
+                tilted[column] += tilt
+                out[i] = float(targets[i] @ (np.log(tilted) - np.log(marginal)))
+        return out
+
+    tilt = max(np.linspace(0.0, 0.9, 19), key=lambda t: gains(data.train, train_targets, t).mean())
+    gain = gains(data.validation, validation_targets, tilt)
+    windows = sorted({t.window_id for t in data.validation})
+    per_window = np.array([gain[[i for i, t in enumerate(data.validation) if t.window_id == w]].mean() for w in windows])
+    decisions_per_window = len(gain) / len(windows)
+    needed = (2 * per_window.std() / gain.mean()) ** 2 * decisions_per_window if gain.mean() > 0 else float("inf")
+    return {"tilt": float(tilt), "gain_per_decision": float(gain.mean()), "window_std": float(per_window.std()),
+            "windows": len(windows), "needed": float(needed)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", required=True)
@@ -126,7 +189,16 @@ def main() -> None:
     parser.add_argument("--reward-temperature", type=float, default=0.3)
     parser.add_argument("--sizes", default="50,100,200,400,800,1600,3200")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--objectives", action="store_true", help="measure the candidate objectives' signal (objective_signal) instead")
     args = parser.parse_args()
+
+    if args.objectives:
+        print("| objective | tilt | reading's gain over the marginal (nats / validation decision) | its spread over windows (std) | decisions needed |\n|---|---:|---:|---:|---:|")
+        for shares, renamed in ((10, False), (50, False), (10, True), (50, True)):
+            row = objective_signal(Home.resolve(args.home), args.dataset, shares, renamed, args.reward_temperature)
+            print(f"| {shares} shares{', renamed tickers' if renamed else ''} | {row['tilt']:.2f} | {row['gain_per_decision']:+.4f} | "
+                  f"{row['window_std']:.4f} ({row['windows']} windows) | {row['needed']:,.0f} |")
+        return
 
     table = signal_table(Home.resolve(args.home), args.dataset, [int(s) for s in args.sizes.split(",")], args.seeds,
                          args.reward_temperature)

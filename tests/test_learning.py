@@ -243,7 +243,7 @@ def test_sampling_with_a_shared_prompt_cache_matches_plain_generation(small_llam
             assert torch.equal(row, out[: len(row)])
 
 
-@pytest.mark.parametrize("objective", [("--on-policy",), ("--objective", "counterfactual")])
+@pytest.mark.parametrize("objective", [("--on-policy",), ("--objective", "counterfactual"), ("--objective", "menu")])
 def test_training_and_selection_never_read_the_eval_split(home, small_llama, run_cli, objective):
     """End to end on a simulated market: inputs.json lists every id training read; none is in the manifest's eval ids."""
     for args in (("simulate", "--agents", "6", "--windows", "14", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
@@ -371,6 +371,9 @@ def test_the_quickstarts_eval_design_recognises_a_news_reader(home: Path, run_cl
     signal = _bench_signal().signal_table(Home(home), params.name, [400], seeds=3).rows[400]
     gain = signal["relational"][0] - signal["marginal"][0]
     assert gain > 0.15 if recognised else gain < 0.1, signal
+    # under the menu objective's own loss, reading the headline gains over the marginal only where there is news
+    objective = _bench_signal().objective_signal(Home(home), params.name, shares=50, renamed=True)
+    assert objective["gain_per_decision"] > 0.03 if recognised else objective["gain_per_decision"] == 0.0, objective
 
 
 def _bench_signal():
@@ -398,3 +401,114 @@ def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path,
     assert found == [True], result.output
     assert "converting the default policy" in result.output
     assert result.exit_code == 2 and "stopped before the run" in result.output
+
+
+# -- the frozen part computed once (train/frozen.py, train/cached.py) ----------------------------------------------------
+def _menu_task(news: str) -> Task:
+    observation = ("It is 12:23 UTC; window 2025-01-01T12:00 closes in 37 min.\nPrices:\n  ACME $223.79 (+0.13% since your last look)\n"
+                   "  BOLT $51.20 (-0.40% since your last look)\n  CRUX $12.05 (+1.20% since your last look)\nNews so far this window:\n"
+                   f"  [12:13] {news}\nYour portfolio: cash $9,507.17; positions: none; open bets: none; P&L so far $+0.00.")
+    truth = GroundTruth("2025-01-01T12:00", {"ACME": Stock(220.0, 230.0), "BOLT": Stock(52.0, 50.0), "CRUX": Stock(12.0, 12.1)}, {})
+    return Task("t1", "2025-01-01T12:00", decision_prompt(observation), read_observation(observation), truth, '{"action": "hold"}')
+
+
+def _reference_menu_logprobs(model, tokenizer, item):
+    """The menu-constrained policy's log-probabilities from whole-model passes, one per answer, no packing, no cache."""
+    import torch
+
+    packed = item.packed
+    prompt_ids = list(packed.ids[: packed.prompt_len])
+    bodies = [a[len(ANSWER_PREFIX):] for a in item.shown]
+    sequences = [tuple(s) for s in tokenizer(bodies, add_special_tokens=False)["input_ids"]]
+    rows = []
+    for sequence in sequences:
+        logits = model(input_ids=torch.tensor([prompt_ids + list(sequence)])).logits[0]
+        total = torch.zeros(())
+        for depth in range(len(sequence)):
+            options = sorted({s[depth] for s in sequences if len(s) > depth and s[:depth] == sequence[:depth]})
+            if len(options) > 1:
+                total = total + torch.log_softmax(logits[len(prompt_ids) - 1 + depth, options], 0)[options.index(sequence[depth])]
+        rows.append(total)
+    return torch.stack(rows)[None]
+
+
+@pytest.mark.parametrize("store_bf16", [False, True])
+def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2: Path, store_bf16: bool):
+    """The frozen blocks' output computed once (bf16 as the trainer keeps it, or float32) and the top blocks run from it give
+    the loss and LoRA gradients of whole-model passes over each prompt + answer: the cache changes the cost, not the objective."""
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
+    from babylon_rl.train.frozen import layout
+
+    options = MenuOptions(train_layers=2, seed=3)
+    trainer = MenuTrainer(str(smollm2), options)
+    with torch.no_grad():  # a non-zero adapter, so that the top blocks' LoRA is part of what is compared
+        for p in trainer.params:
+            p.add_(0.02 * torch.randn_like(p))
+    items = make_items(trainer.tokenizer, [_menu_task("ACME: Acme Corp beats earnings expectations")], options, 1, np.random.default_rng(1))
+    item = items[0]
+    assert len(item.packed) < item.packed.prompt_len + 20, "the answers' shared format tokens are packed once"
+    cache_states(trainer.split, items, 1, "cpu")
+    if not store_bf16:
+        ids, positions, mask = layout([item.packed], "cpu")
+        item.states = trainer.split.bottom(ids, positions, mask)[0]
+    target = torch.softmax(torch.tensor(item.rewards) / 0.3, 0)[None]
+
+    def loss_and_grads(logp):
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss = -(target * logp).sum()
+        loss.backward()
+        return float(loss.detach()), torch.cat([p.grad.flatten() for p in trainer.params])
+
+    cached_loss, cached_grads = loss_and_grads(trainer._logprobs(items)[0])
+    whole_loss, whole_grads = loss_and_grads(_reference_menu_logprobs(trainer.model, trainer.tokenizer, item))
+    tolerance = 3e-2 if store_bf16 else 1e-4
+    assert cached_loss == pytest.approx(whole_loss, rel=tolerance, abs=tolerance)
+    assert float((cached_grads - whole_grads).norm() / whole_grads.norm()) < tolerance * 3
+
+
+def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_answers_reward():
+    from babylon_rl.train.cached import _renamed_answer, menu, renamed
+
+    task = _menu_task("ACME: Acme Corp beats earnings expectations")
+    mapping = {"ACME": "CRUX", "BOLT": "ACME", "CRUX": "BOLT"}
+
+    shown = renamed(task.request, mapping).messages[-1]["content"]
+    assert "CRUX: Crux Biotech beats earnings expectations" in shown and "CRUX 223 +0.1%" in shown and "ACME 51 -0.4%" in shown
+    answers = menu(task, 50)
+    assert json.loads(_renamed_answer(answers[1], mapping))["ticker"] == mapping[json.loads(answers[1])["ticker"]]
+    assert all(json.loads(a).get("shares", 50) == 50 for a in answers)
+
+
+def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stopped(small_llama, tmp_path):
+    """Steps from cached states raise the odds of the answer that paid (buy ACME: +4.5 %); a checkpoint restores the raw
+    weights, their average (what answers) and the optimizer, so a resumed run takes the very step an unbroken one takes."""
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+
+    task = _menu_task("ACME: Acme Corp beats earnings expectations")
+    options = MenuOptions(train_layers=1, learning_rate=1e-2, variants=0, seed=1)
+    trainer = MenuTrainer(str(small_llama), options)
+    items = trainer.items_for([task], 0)
+    best = int(np.argmax(items[0].rewards))
+    assert json.loads(items[0].answers[best]) == {"action": "buy", "ticker": "ACME", "shares": 50}
+    with torch.no_grad():
+        before = trainer._logprobs(items)[0][0, best].item()
+    for _ in range(10):
+        trainer.train_step([task])
+    with torch.no_grad():
+        after = trainer._logprobs(items)[0][0, best].item()
+    assert after > before + 0.5
+    assert trainer.evaluate([task])["decisions"] == 1
+
+    trainer.save(tmp_path / "ckpt", {"step": 10})
+    resumed = MenuTrainer(str(small_llama), options)
+    resumed.load(tmp_path / "ckpt")
+    assert resumed.steps == 10
+    assert all(torch.equal(a, b) for a, b in zip(resumed.params, trainer.params))
+    assert all(torch.equal(a, b) for a, b in zip(resumed.averaged, trainer.averaged))
+    trainer.train_step([task])
+    resumed.train_step([task])
+    assert all(torch.allclose(a, b) for a, b in zip(resumed.params, trainer.params))

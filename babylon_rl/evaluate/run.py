@@ -159,16 +159,26 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         progress = on_policy(policy.name, len(prompts)) if on_policy else (lambda n: None)
         answers = policy.answer(prompts, progress)
         results.append(_score(role, policy, answers, eval_set, options))
-
-    indices = resample_indices(len(eval_set.windows), options.resamples, options.seed)
-    for result in results:
-        _summarise(result, eval_set, indices)
-    comparison = _compare(results, eval_set, indices)
-    by_role = {r.role: r for r in results}
-    design = _paired(by_role["reader"], by_role["constant"], eval_set, indices) if reader else None
+    comparison, design = compare_results(results, eval_set, options)
     output_dir = _output_dir(home, options, ref)
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
                       ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design)
+
+
+def compare_results(results: list[PolicyResult], eval_set: EvalSet, options: EvalOptions) -> tuple[dict, dict | None]:
+    """Summarise each policy's outcomes and compare the model with every other (paired over windows); also the design
+    check, the news rule against the best constant, where both are present."""
+    indices = resample_indices(len(eval_set.windows), options.resamples, options.seed)
+    for result in results:
+        _summarise(result, eval_set, indices)
+    by_role = {r.role: r for r in results}
+    design = _paired(by_role["reader"], by_role["constant"], eval_set, indices) if {"reader", "constant"} <= set(by_role) else None
+    return _compare(results, eval_set, indices), design
+
+
+def scored_answers(role: str, name: str, answers: list[str], eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
+    """Answers to an evaluation's decisions (in its order) priced as the evaluation prices every policy's."""
+    return _scored(role, name, name, answers, eval_set, options)
 
 
 def _reader_policy(prompts: list[DecisionPrompt], constant_answer: str) -> ReaderPolicy | None:

@@ -44,7 +44,7 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    objective: Literal["grpo", "awr", "imitate", "counterfactual"] = "grpo"
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu"] = "grpo"
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
@@ -52,6 +52,8 @@ class TrainConfig(BaseModel):
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
+    shares: int = Field(50, ge=1)  # menu: the size of each menu trade
+    variants: int = Field(1, ge=0)  # menu: renamed copies of each train decision (0: the real names)
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
 
@@ -62,7 +64,7 @@ class TrainConfig(BaseModel):
     @property
     def on_decisions(self) -> bool:
         """Trained on replayed decisions (its own answers, every menu answer, or the logged ones), not on scored trajectories."""
-        return self.on_policy or self.objective in ("imitate", "counterfactual")
+        return self.on_policy or self.objective in ("imitate", "counterfactual", "menu")
 
 
 @dataclass
@@ -92,6 +94,16 @@ class TrainResult:
 
 
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=None):
+    if config.objective == "menu":
+        from babylon_rl.train.cached import MenuOptions, MenuTrainer
+        from babylon_rl.train.models import resolve_device
+
+        if not 0 < config.train_layers:
+            raise ConfigError("--objective menu trains the top --train-layers blocks from their frozen input: give it 1 or more")
+        return MenuTrainer(base_model, MenuOptions(
+            learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
+            variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
+            device=resolve_device(config.device)))
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device

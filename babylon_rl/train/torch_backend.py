@@ -95,15 +95,15 @@ class Checkpoints:
     def full(self) -> bool:
         return self.options.lora_r == 0
 
-    def save(self, directory: Path, state: dict) -> Path:
-        """Adapter + tokenizer + optimizer/RNG state, written to a temp dir and renamed into place."""
+    def save(self, directory: Path, state: dict, extra: dict | None = None) -> Path:
+        """Adapter + tokenizer + optimizer/RNG state (and a trainer's own `extra`), written to a temp dir and renamed into place."""
         import torch
 
         with atomic.directory(directory) as tmp:
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
             rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-            torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng}, tmp / TRAINER_STATE)
+            torch.save({"optimizer": self.optimizer.state_dict(), "rng": rng, "extra": extra}, tmp / TRAINER_STATE)
             files = {p.name: sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
             meta = {**state, "base_model": self.base_model, "options": asdict(self.options), "files": files}
             (tmp / STATE_JSON).write_text(json.dumps(meta, indent=2, default=str))
@@ -132,6 +132,8 @@ class Checkpoints:
             self.optimizer.load_state_dict(saved["optimizer"])
         except Exception as exc:
             raise CheckpointError(f"checkpoint file {trainer_file} cannot be loaded ({type(exc).__name__}): delete the checkpoint or start a new run") from None
+        if saved.get("extra") is not None:
+            self.restore(saved["extra"])
         torch.set_rng_state(saved["rng"]["torch"])
         random.setstate(saved["rng"]["python"])
         np.random.set_state(saved["rng"]["numpy"])

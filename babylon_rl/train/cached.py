@@ -1,0 +1,330 @@
+"""The menu objective trained from frozen states: every answer priced, tickers renamed, the frozen blocks run once.
+
+Each decision's menu (hold; buy or sell `shares` of each of the window's stocks) is priced
+against the window's ground truth with the evaluation's rules (`grpo.Task.price`). The policy,
+restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
+"counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline).
+
+Why renamed tickers: the stocks are exchangeable, but a window's moves are shared by all of its
+decisions, so a batch rewards whichever stock happened to win its windows (`sell ACME`), and a
+policy fitted to it swings between constants (docs/history/BENCHMARKS-learning.md). Each training
+decision is seen under `variants` random permutations of its tickers (and company names), the
+same permutation across prompt, headlines, markets and menu, the reward of each answer that of
+the stock it really names. No per-ticker constant pays across permutations; the headline does.
+Validation and evaluation use the game's real names.
+
+What is frozen is computed once (`frozen.py`): the hidden state entering the top
+`train_layers` blocks, for each packed prompt + menu, in bf16. A step runs the top blocks only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.prompts import DecisionPrompt
+from babylon_rl.simulate.market import COMPANY_NAMES
+from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, layout, pack
+from babylon_rl.train.grpo import Task
+from babylon_rl.train.torch_backend import Checkpoints
+
+
+@dataclass(frozen=True)
+class MenuOptions:
+    objective: str = "counterfactual"  # counterfactual | imitate
+    learning_rate: float = 2e-4
+    reward_temperature: float = 0.3
+    shares: int = 50
+    variants: int = 1  # renamed copies of each training decision; 0 = the real names only
+    ema: float = 0.98  # decay of the averaged adapter weights that answer in validation and eval; 0 = the raw weights
+    lora_r: int = 16
+    train_layers: int = 4
+    max_grad_norm: float = 1.0
+    cache_batch: int = 8
+    seed: int = 0
+    device: str = "cpu"
+
+
+def menu(task: Task, shares: int) -> list[str]:
+    """Hold, then buy and sell `shares` of each of the window's stocks (sorted): the answers priced and trained on."""
+    trades = [json.dumps({"action": kind, "ticker": t, "shares": shares}) for kind in ("buy", "sell") for t in sorted(task.truth.stocks)]
+    return [json.dumps({"action": "hold"})] + trades
+
+
+def renamed(request: DecisionPrompt, mapping: dict[str, str]) -> DecisionPrompt:
+    """The prompt with every ticker (and its simulator company name) replaced by `mapping`'s, all at once."""
+    words = dict(mapping) | {COMPANY_NAMES[a]: COMPANY_NAMES[b] for a, b in mapping.items() if a in COMPANY_NAMES and b in COMPANY_NAMES}
+    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")\b")
+    messages = [m | {"content": pattern.sub(lambda match: words[match.group(1)], str(m["content"]))} for m in request.messages]
+    return DecisionPrompt(messages, request.markets)
+
+
+@dataclass
+class MenuItem:
+    """One decision under one naming: what the policy sees (packed), what each answer earns, and the frozen states."""
+
+    task: Task
+    answers: list[str]  # the menu in the game's names: what is priced and what the policy answers
+    shown: list[str]  # the same answers as the policy sees them (renamed)
+    packed: Packed
+    rewards: np.ndarray  # [len(answers)]
+    correct: np.ndarray  # 1.0 where the answer's direction was right
+    logged_index: int  # the logged answer's menu entry (imitation's target), -1 when it is not on the menu
+    states: object = None  # bf16 [len(packed), hidden], filled by `cache_states`
+
+
+def logged_index(task: Task, answers: list[str]) -> int:
+    logged = task.request.resolve(parse_action(task.logged_answer))
+    if logged is None or logged.kind not in ("buy", "sell", "hold"):
+        return -1
+    for i, answer in enumerate(answers):
+        action = parse_action(answer)
+        if action.kind == logged.kind and (logged.kind == "hold" or action.ticker == logged.ticker):
+            return i
+    return -1
+
+
+def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int, rng: np.random.Generator) -> list[MenuItem]:
+    """Each task priced on its menu; `variants` renamed copies each (0: the task under its real names, once)."""
+    items = []
+    for task in tasks:
+        answers = menu(task, options.shares)
+        priced = [task.price(a) for a in answers]
+        rewards = np.array([r for r, _ in priced], dtype=np.float32)
+        correct = np.array([float(o.correct) for _, o in priced], dtype=np.float32)
+        index = logged_index(task, answers)
+        tickers = sorted(task.truth.stocks)
+        for _ in range(max(variants, 1)):
+            mapping = dict(zip(tickers, rng.permutation(tickers))) if variants else {}
+            request = renamed(task.request, mapping) if mapping else task.request
+            shown = [_renamed_answer(a, mapping) for a in answers]
+            items.append(MenuItem(task, answers, shown, pack(tokenizer, request, shown), rewards, correct, index))
+    return items
+
+
+def _renamed_answer(answer: str, mapping: dict[str, str]) -> str:
+    action = json.loads(answer)
+    if action.get("ticker") in mapping:
+        action["ticker"] = mapping[action["ticker"]]
+    return json.dumps(action)
+
+
+def cache_states(split: SplitModel, items: list[MenuItem], batch: int, device: str, on_done: Callable[[int], None] = lambda n: None) -> None:
+    """Fill each item's `states`: the frozen blocks run once over its packed sequence (items of similar length batched)."""
+    import torch
+
+    todo = sorted((i for i, item in enumerate(items) if item.states is None), key=lambda i: len(items[i].packed))
+    for start in range(0, len(todo), batch):
+        chunk = [items[i] for i in todo[start : start + batch]]
+        ids, positions, mask = layout([c.packed for c in chunk], device)
+        states = split.bottom(ids, positions, mask)
+        for row, item in zip(states, chunk):
+            item.states = row[: len(item.packed)].to(torch.bfloat16).cpu().clone()
+        on_done(len(chunk))
+
+
+def save_states(items: list[MenuItem], path: Path) -> None:
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save([item.states for item in items], tmp)
+    tmp.replace(path)
+
+
+def load_states(items: list[MenuItem], path: Path) -> bool:
+    """Restore cached states saved for exactly these items; False (nothing restored) when there are none or they do not fit."""
+    import torch
+
+    if not path.exists():
+        return False
+    states = torch.load(path)
+    if len(states) != len(items) or any(s is not None and s.shape[0] != len(i.packed) for s, i in zip(states, items)):
+        return False
+    for item, s in zip(items, states):
+        item.states = s
+    return True
+
+
+class MenuTrainer(Checkpoints):
+    """LoRA on the top blocks, stepped on menu items from their cached frozen states (module docstring).
+
+    `train_step` and `evaluate` take tasks (what `train/loop.py` hands every decision trainer): each
+    task's items are made and their frozen states computed the first time it is seen, then reused.
+    """
+
+    def __init__(self, base_model: str, options: MenuOptions) -> None:
+        import torch
+
+        from babylon_rl.train.models import load_causal_lm, lora_model
+
+        self.options = options
+        self.base_model = base_model
+        self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
+        self._rng = np.random.default_rng(options.seed)
+        torch.manual_seed(options.seed)
+        base, self.tokenizer = load_causal_lm(base_model, options.device)
+        self.model = lora_model(base, options.lora_r, options.train_layers)
+        self.model.eval()
+        self.split = SplitModel(self.model, options.train_layers)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.averaged = [p.detach().clone() for p in self.params]
+        self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
+        self.steps = 0
+
+    def _logprobs(self, items: list[MenuItem]):
+        """Each item's menu log-probabilities under the menu-constrained policy ([B, width]; -inf on padding)."""
+        import torch
+
+        packs = [item.packed for item in items]
+        ids, positions, mask = layout(packs, self.options.device)
+        width = ids.shape[1]
+        states = torch.zeros(len(items), width, items[0].states.shape[-1], device=self.options.device)
+        for b, item in enumerate(items):
+            states[b, : len(item.packed)] = item.states.to(self.options.device, torch.float32)
+        logp = answer_logprobs(self.split, self.split.top(states, positions, mask), packs)
+        return logp, torch.isfinite(logp)
+
+    def step(self, items: list[MenuItem]) -> dict[str, float]:
+        """One AdamW step on a batch of items; the averaged weights follow."""
+        import torch
+
+        o = self.options
+        started = time.monotonic()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logp, present = self._logprobs(items)
+        if o.objective == "imitate":
+            index = torch.tensor([item.logged_index for item in items], device=logp.device)
+            kept = index >= 0
+            picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
+            loss = -(picked * kept).sum() / kept.sum().clamp(min=1)
+        else:
+            rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
+            target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
+            loss = -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
+        self.optimizer.step()
+        self.model.eval()
+        self.steps += 1
+        with torch.no_grad():
+            decay = min(o.ema, self.steps / (self.steps + 10)) if o.ema else 0.0
+            for avg, p in zip(self.averaged, self.params):
+                avg.mul_(decay).add_(p.detach(), alpha=1 - decay)
+        return {"loss": float(loss.detach()), "grad_norm": grad_norm, "seconds": time.monotonic() - started}
+
+    def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
+        """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
+        import torch
+
+        order = sorted(range(len(items)), key=lambda i: len(items[i].packed))
+        chosen = [0] * len(items)
+        with torch.no_grad(), self._weights(averaged):
+            for start in range(0, len(order), batch):
+                part = order[start : start + batch]
+                logp, _ = self._logprobs([items[i] for i in part])
+                for i, best in zip(part, logp.argmax(1).tolist()):
+                    chosen[i] = best
+        return chosen
+
+    def _weights(self, averaged: bool):
+        from contextlib import contextmanager
+
+        import torch
+
+        @contextmanager
+        def swapped():
+            if not averaged or not self.options.ema:
+                yield
+                return
+            raw = [p.detach().clone() for p in self.params]
+            with torch.no_grad():
+                for p, avg in zip(self.params, self.averaged):
+                    p.copy_(avg)
+            try:
+                yield
+            finally:
+                with torch.no_grad():
+                    for p, value in zip(self.params, raw):
+                        p.copy_(value)
+
+        return swapped()
+
+    # -- the decision-trainer interface of train/loop.py ---------------------------------------
+    def items_for(self, tasks: list[Task], variants: int) -> list[MenuItem]:
+        """The tasks' items (made, and their frozen states computed, on first sight), in task order."""
+        new = [t for t in tasks if id(t) not in self._items]
+        for task in new:
+            self._items[id(task)] = make_items(self.tokenizer, [task], self.options, variants, self._rng)
+        cache_states(self.split, [i for t in new for i in self._items[id(t)]], self.options.cache_batch, self.options.device)
+        return [item for t in tasks for item in self._items[id(t)]]
+
+    def train_step(self, tasks: list[Task]):
+        from babylon_rl.train.grpo import StepResult
+
+        items = self.items_for(tasks, self.options.variants)
+        stats = self.step(items)
+        chosen = self.choose(items, averaged=False)
+        rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
+        by_trajectory: dict[str, list[float]] = {}
+        for item, reward in zip(items, rewards):
+            by_trajectory.setdefault(item.task.trajectory_id, []).append(reward)
+        correct = float(np.mean([item.correct[i] for item, i in zip(items, chosen)]))
+        return StepResult(stats["loss"], 0.0, stats["grad_norm"], sum(len(i.packed) for i in items), stats["seconds"],
+                          {k: float(np.mean(v)) for k, v in by_trajectory.items()}, float(np.mean(rewards)), 1.0, correct,
+                          len(tasks), 0)
+
+    def evaluate(self, tasks: list[Task]) -> dict[str, float]:
+        """The averaged weights answer the validation decisions from the menu: mean reward (`score`), accuracy, P&L."""
+        if not tasks:
+            return {}
+        items = self.items_for(tasks, 0)
+        chosen = self.choose(items)
+        outcomes = [item.task.price(item.answers[i])[1] for item, i in zip(items, chosen)]
+        rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
+        return {"score": float(np.mean(rewards)), "direction_accuracy": float(np.mean([o.correct for o in outcomes])),
+                "pnl_per_decision": float(np.mean([o.pnl for o in outcomes])), "valid_rate": 1.0, "decisions": len(tasks)}
+
+    def save(self, directory: Path, state: dict, extra: dict | None = None) -> Path:
+        """The averaged adapter (what answers) as the checkpoint; the raw weights and their average in its trainer state."""
+        raw = {k: v for k, v in self.state().items() if k != "optimizer"}
+        with self._weights(True):
+            return super().save(directory, state, raw)
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"params": [p.detach().clone() for p in self.params], "averaged": self.averaged,
+                "optimizer": self.optimizer.state_dict(), "steps": self.steps}
+
+    def restore(self, state: dict) -> None:
+        import torch
+
+        with torch.no_grad():
+            for p, value in zip(self.params, state["params"]):
+                p.copy_(value)
+        self.averaged = [a.clone() for a in state["averaged"]]
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = state["steps"]
+
+    def save_adapter(self, path: Path, averaged: bool = True) -> None:
+        """The adapter (the averaged weights by default) as a PEFT directory: it answers like any trained checkpoint."""
+        with self._weights(averaged):
+            self.model.save_pretrained(str(path))
+            self.tokenizer.save_pretrained(str(path))
+
+
+def _padded(rows: list[np.ndarray], width: int, device):
+    import torch
+
+    out = np.zeros((len(rows), width), dtype=np.float32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return torch.tensor(out, device=device)
