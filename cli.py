@@ -508,6 +508,9 @@ def train(obj: BabylonContext, **options) -> None:
               help="Percent move beyond which a stock counts as having moved (for buy/sell/hold).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where local models run.")
 @click.option("--max-decisions-per-window", type=click.IntRange(min=1), help="Replay a seeded sample of at most N decisions per eval window.")
+@click.option("--menu-shares", type=click.IntRange(min=1),
+              help="Local models answer from each decision's menu (hold; buy or sell N shares of each stock), what menu-constrained "
+                   "decoding returns; they share one base model's frozen blocks, computed once. The references trade N shares too.")
 @click.pass_obj
 @error_handler
 def eval_command(obj: BabylonContext, **options) -> None:
@@ -524,6 +527,7 @@ def eval_command(obj: BabylonContext, **options) -> None:
     Examples:
       python cli.py eval --model quickstart --dataset quickstart
       python cli.py eval --model .babylon/runs/demo-torch/checkpoints/step-40 --dataset demo --baseline tiny
+      python cli.py eval --model demo-menu --dataset demo --imitation demo-imitation --menu-shares 50
       python cli.py eval --model qwen2.5-7b-instruct --base-url http://127.0.0.1:8000/v1 --dataset demo --baseline none
     """
     from babylon_rl.evaluate import EvalOptions

@@ -264,9 +264,14 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     assert read and read <= train_ids | validation_ids and not read & eval_ids
     best = json.loads((home / "runs" / "r" / "best.json").read_text())
     assert "score" in best  # keep-best chose on the validation split's greedy answers
-    evaluation = run_cli("eval", "--model", "r", "--dataset", "d", "--max-new-tokens", "12")
+    menu = ("--menu-shares", "50") if "menu" in objective else ()  # the menu policies: one shared base, answers on the menu
+    evaluation = run_cli("eval", "--model", "r", "--dataset", "d", "--max-new-tokens", "12", *menu)
     assert evaluation.exit_code == 0, evaluation.output
     saved = json.loads((home / "runs" / "r" / "eval.json").read_text())
+    if menu:
+        assert saved["menu_shares"] == 50 and json.loads(saved["constant"]["answer"]).get("shares", 50) == 50
+        for policy in (p for p in saved["policies"] if p["role"] in ("baseline", "model")):
+            assert policy["metrics"]["valid_rate"]["value"] == 1.0 and policy["top_answer"].split()[0] in ("hold", "buy", "sell"), policy
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.decisions import load_train_decisions
 

@@ -70,12 +70,28 @@ class ReaderPolicy:
 
     fallback: str
     name: str = "news rule (reference)"
+    shares: int = 10
 
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         from babylon_rl.evaluate.rules import news_rule
 
         on_done(len(prompts))
-        return [news_rule(prompt, self.fallback) for prompt in prompts]
+        return [news_rule(prompt, self.fallback, self.shares) for prompt in prompts]
+
+
+@dataclass
+class MenuPolicy:
+    """A local model answering each decision from its menu (`eval --menu-shares`), its frozen blocks computed once and
+    shared with the other menu policies of the evaluation (train/cached.py's MenuRanker)."""
+
+    ranker: object
+    adapter: Path | None  # None: the base model itself
+    name: str
+
+    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
+        answers = self.ranker.answers(self.adapter)
+        on_done(len(prompts))
+        return answers
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ import numpy as np
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import KINDS, Action, parse_action
-from babylon_rl.evaluate.constant import ConstantChoice, best_constant
+from babylon_rl.evaluate.constant import CONSTANT_SHARES, ConstantChoice, best_constant
 from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
 from babylon_rl.evaluate.policies import (
     ReaderPolicy,
-    ConstantPolicy, EndpointPolicy, LocalPolicy, LoggedPolicy, ModelRef, Policy, default_baseline, resolve_model,
+    ConstantPolicy, EndpointPolicy, LocalPolicy, LoggedPolicy, MenuPolicy, ModelRef, Policy, default_baseline, resolve_model,
 )
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
@@ -61,6 +61,7 @@ class EvalOptions:
     threshold_pct: float = DEFAULT_THRESHOLD_PCT
     device: str = "auto"
     max_decisions_per_window: int | None = None  # a seeded sample of each eval window's decisions (CPU budgets)
+    menu_shares: int | None = None  # local models answer from the menu (hold; buy or sell this many shares), sharing frozen blocks
 
 
 @dataclass
@@ -119,7 +120,7 @@ class EvalResult:
             "dataset": o.dataset, "model": o.model, "base_url": mask_url(o.base_url) if o.base_url else None,
             "baseline": next((p.model for p in self.policies if p.role == "baseline"), None),
             "windows": len(self.eval_set.windows), "decisions": len(self.eval_set.decisions),
-            "threshold_pct": o.threshold_pct, "max_new_tokens": o.max_new_tokens,
+            "threshold_pct": o.threshold_pct, "max_new_tokens": o.max_new_tokens, "menu_shares": o.menu_shares,
             "bootstrap": {"resamples": o.resamples, "seed": o.seed, "unit": "window", "level": 0.95},
             "constant": asdict(self.constant) if self.constant else None,
             "policies": [p.to_dict() for p in self.policies], "comparison": self.comparison,
@@ -138,12 +139,14 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     eval_set = load_eval_set(dataset).sample(options.max_decisions_per_window, options.seed)
     chosen_on = load_train_decisions(dataset)  # train + validation windows, never eval
     constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct)
+    if constant and options.menu_shares:  # the references trade the menu's size, so P&L compares like with like
+        constant = replace(constant, answer=resized(constant.answer, options.menu_shares))
     model_policy, ref = _model_policy(home, options)
     prompts = [d.request for d in eval_set.decisions]
     policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]
     if constant:
         policies.append(("constant", ConstantPolicy(constant.answer, f"best constant: {answer_key(parse_action(constant.answer))}")))
-    reader = _reader_policy(prompts, constant.answer) if constant else None
+    reader = _reader_policy(prompts, constant.answer, options.menu_shares) if constant else None
     if reader:
         policies.append(("reader", reader))
     baseline = _baseline_policy(home, options, ref)
@@ -153,6 +156,8 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         imitation = resolve_model(home, options.imitation)
         policies.append(("imitation", _local(imitation, f"imitation {_short(imitation.path, home)}", options)))
     policies.append(("model", model_policy))
+    if options.menu_shares:
+        policies = _menu_policies(policies, eval_set, options)
 
     results = []
     for role, policy in policies:
@@ -181,9 +186,33 @@ def scored_answers(role: str, name: str, answers: list[str], eval_set: EvalSet, 
     return _scored(role, name, name, answers, eval_set, options)
 
 
-def _reader_policy(prompts: list[DecisionPrompt], constant_answer: str) -> ReaderPolicy | None:
+def resized(answer: str, shares: int) -> str:
+    """A stock trade's JSON answer with `shares` shares; any other answer as it is."""
+    action = json.loads(answer)
+    return json.dumps(action | {"shares": shares}) if "shares" in action else answer
+
+
+def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, options: EvalOptions) -> list[tuple[str, Policy]]:
+    """The local models as menu policies on one shared base model (its frozen blocks computed once for all)."""
+    from babylon_rl.train.cached import MenuRanker
+    from babylon_rl.train.grpo import Task
+
+    local = [p for _, p in policies if isinstance(p, LocalPolicy)]
+    bases = {str(Path(p.ref.base_model if p.ref.adapter else p.ref.path).resolve()) for p in local}
+    if not local:
+        return policies
+    if len(bases) > 1:
+        raise ConfigError(f"--menu-shares: the local models must share one base model to share its frozen blocks, not {sorted(bases)}")
+    adapters = [p.ref.path for p in local if p.ref.adapter]
+    ranker = MenuRanker(bases.pop(), adapters, options.menu_shares, options.device)
+    ranker.prepare([Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions])
+    return [(role, MenuPolicy(ranker, p.ref.path if p.ref.adapter else None, p.name) if isinstance(p, LocalPolicy) else p)
+            for role, p in policies]
+
+
+def _reader_policy(prompts: list[DecisionPrompt], constant_answer: str, shares: int | None = None) -> ReaderPolicy | None:
     """The news rule, falling back on the best constant; None where no prompt has a headline it reads (the game's own data)."""
-    reader = ReaderPolicy(constant_answer)
+    reader = ReaderPolicy(constant_answer, shares=shares or CONSTANT_SHARES)
     return reader if any(a != constant_answer for a in reader.answer(prompts, lambda n: None)) else None
 
 

@@ -152,6 +152,84 @@ def load_states(items: list[MenuItem], path: Path) -> bool:
     return True
 
 
+def menu_logprobs(split: SplitModel, items: list[MenuItem], device: str):
+    """Each item's menu log-probabilities under the menu-constrained policy ([B, width]; -inf on padding), and where they are real."""
+    import torch
+
+    packs = [item.packed for item in items]
+    ids, positions, mask = layout(packs, device)
+    states = torch.zeros(len(items), ids.shape[1], items[0].states.shape[-1], device=device)
+    for b, item in enumerate(items):
+        states[b, : len(item.packed)] = item.states.to(device, torch.float32)
+    logp = answer_logprobs(split, split.top(states, positions, mask), packs)
+    return logp, torch.isfinite(logp)
+
+
+def ranked(split: SplitModel, items: list[MenuItem], device: str, batch: int = 16) -> list[int]:
+    """The menu entry ranked first for each item (what greedy menu-constrained decoding answers), items of similar length batched."""
+    import torch
+
+    order = sorted(range(len(items)), key=lambda i: len(items[i].packed))
+    chosen = [0] * len(items)
+    with torch.no_grad():
+        for start in range(0, len(order), batch):
+            part = order[start : start + batch]
+            logp, _ = menu_logprobs(split, [items[i] for i in part], device)
+            for i, best in zip(part, logp.argmax(1).tolist()):
+                chosen[i] = best
+    return chosen
+
+
+class MenuRanker:
+    """Models that share one base answer decisions from their menus; the frozen blocks run once for all of them.
+
+    The base model's blocks below the lowest adapted one are computed once for every decision
+    (`cache_states`); each policy (the base itself, or a LoRA adapter on the blocks above) then
+    runs only the top blocks.
+    """
+
+    def __init__(self, base_model: str, adapters: list[Path], shares: int, device: str = "cpu") -> None:
+        from babylon_rl.train.models import load_causal_lm
+
+        self.device = device
+        self.model, self.tokenizer = load_causal_lm(base_model, device)
+        self.model.eval()
+        layers = self.model.config.num_hidden_layers
+        lowest = min((lowest_adapted_layer(a) for a in adapters), default=layers - MenuOptions.train_layers)
+        self.train_layers = layers - lowest
+        self.options = MenuOptions(shares=shares, train_layers=self.train_layers, device=device)
+        self.split = SplitModel(self.model, self.train_layers)
+        self.items: list[MenuItem] = []
+
+    def prepare(self, tasks: list[Task], on_done: Callable[[int], None] = lambda n: None) -> None:
+        self.items = make_items(self.tokenizer, tasks, self.options, 0, np.random.default_rng(0))
+        cache_states(self.split, self.items, self.options.cache_batch, self.device, on_done)
+
+    def answers(self, adapter: Path | None) -> list[str]:
+        """Each decision's highest-ranked menu answer under the base model with `adapter` on its top blocks (None: the base)."""
+        import warnings
+
+        from peft import PeftModel
+
+        if adapter is None:
+            return [item.answers[i] for item, i in zip(self.items, ranked(self.split, self.items, self.device))]
+        with warnings.catch_warnings():  # peft calls a transformers 5 deprecated alias
+            warnings.simplefilter("ignore", FutureWarning)
+            adapted = PeftModel.from_pretrained(self.model, str(adapter)).eval()
+        try:
+            chosen = ranked(SplitModel(adapted, self.train_layers), self.items, self.device)
+            return [item.answers[i] for item, i in zip(self.items, chosen)]
+        finally:
+            self.model = adapted.unload()  # the base back, without the adapter's layers
+            self.split = SplitModel(self.model, self.train_layers)
+
+
+def lowest_adapted_layer(adapter: Path) -> int:
+    """The lowest block a LoRA adapter changes (0 when it names none: every block)."""
+    layers = json.loads((adapter / "adapter_config.json").read_text()).get("layers_to_transform")
+    return min(layers) if layers else 0
+
+
 class MenuTrainer(Checkpoints):
     """LoRA on the top blocks, stepped on menu items from their cached frozen states (module docstring).
 
@@ -179,17 +257,7 @@ class MenuTrainer(Checkpoints):
         self.steps = 0
 
     def _logprobs(self, items: list[MenuItem]):
-        """Each item's menu log-probabilities under the menu-constrained policy ([B, width]; -inf on padding)."""
-        import torch
-
-        packs = [item.packed for item in items]
-        ids, positions, mask = layout(packs, self.options.device)
-        width = ids.shape[1]
-        states = torch.zeros(len(items), width, items[0].states.shape[-1], device=self.options.device)
-        for b, item in enumerate(items):
-            states[b, : len(item.packed)] = item.states.to(self.options.device, torch.float32)
-        logp = answer_logprobs(self.split, self.split.top(states, positions, mask), packs)
-        return logp, torch.isfinite(logp)
+        return menu_logprobs(self.split, items, self.options.device)
 
     def step(self, items: list[MenuItem]) -> dict[str, float]:
         """One AdamW step on a batch of items; the averaged weights follow."""
@@ -222,17 +290,8 @@ class MenuTrainer(Checkpoints):
 
     def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
         """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
-        import torch
-
-        order = sorted(range(len(items)), key=lambda i: len(items[i].packed))
-        chosen = [0] * len(items)
-        with torch.no_grad(), self._weights(averaged):
-            for start in range(0, len(order), batch):
-                part = order[start : start + batch]
-                logp, _ = self._logprobs([items[i] for i in part])
-                for i, best in zip(part, logp.argmax(1).tolist()):
-                    chosen[i] = best
-        return chosen
+        with self._weights(averaged):
+            return ranked(self.split, items, self.options.device, batch)
 
     def _weights(self, averaged: bool):
         from contextlib import contextmanager
