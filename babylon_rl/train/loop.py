@@ -52,6 +52,8 @@ class TrainConfig(BaseModel):
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
+    micro_batch: int = Field(4096, ge=1)  # logged path: padded tokens per forward pass
+    max_length: int = Field(2048, ge=16)  # logged path: tokens per chunk of a conversation
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
 
@@ -108,7 +110,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
         return TorchTrainer(base_model, TorchOptions(
             learning_rate=config.learning_rate, kl_coef=config.kl_coef, clip_eps=config.clip_eps,
             lora_r=config.lora_r, inner_epochs=config.inner_epochs, seed=config.seed,
-            objective=config.objective, awr_beta=config.awr_beta))
+            objective=config.objective, awr_beta=config.awr_beta, train_layers=config.train_layers,
+            micro_batch=config.micro_batch, max_length=config.max_length))
     from babylon_rl.train.art_backend import ArtOptions, ArtTrainer
 
     return ArtTrainer(config.backend, base_model, config.name, run.root,
