@@ -446,7 +446,11 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="--on-policy: answers per decision (the group).")
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True, help="--on-policy: sampling temperature.")
 @click.option("--train-layers", type=click.IntRange(min=0), default=4, show_default=True,
-              help="--on-policy: LoRA on the top N blocks only (the frozen blocks below cost no backward pass); 0 = all.")
+              help="LoRA on the top N blocks only (the frozen blocks below cost no backward pass and keep no activations); 0 = all.")
+@click.option("--micro-batch", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Logged path: padded tokens per forward pass; lower it when train says the step does not fit in memory.")
+@click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
+              help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
 @click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu"]), default="grpo", show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "

@@ -29,6 +29,10 @@ class DatasetError(BabylonError):
     """A dataset is unknown, already exists, or no data meets the selection."""
 
 
+class ResourceError(BabylonError):
+    """The work would not fit the memory this process can use (refused before it starts, not killed)."""
+
+
 class BuildInterrupted(KeyboardInterrupt):
     """Ctrl-C during a build, with what to do. Still a KeyboardInterrupt, so that nothing catching
     errors (`build --every` goes on after a failed build) swallows it; the CLI prints it and exits 130."""

@@ -54,6 +54,8 @@ class TrainConfig(BaseModel):
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
     shares: int = Field(50, ge=1)  # menu: the size of each menu trade
     variants: int = Field(1, ge=0)  # menu: renamed copies of each train decision (0: the real names)
+    micro_batch: int = Field(4096, ge=1)  # logged path: padded tokens per forward pass
+    max_length: int = Field(2048, ge=16)  # logged path: tokens per chunk of a conversation
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
 
@@ -120,7 +122,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
         return TorchTrainer(base_model, TorchOptions(
             learning_rate=config.learning_rate, kl_coef=config.kl_coef, clip_eps=config.clip_eps,
             lora_r=config.lora_r, inner_epochs=config.inner_epochs, seed=config.seed,
-            objective=config.objective, awr_beta=config.awr_beta))
+            objective=config.objective, awr_beta=config.awr_beta, train_layers=config.train_layers,
+            micro_batch=config.micro_batch, max_length=config.max_length))
     from babylon_rl.train.art_backend import ArtOptions, ArtTrainer
 
     return ArtTrainer(config.backend, base_model, config.name, run.root,

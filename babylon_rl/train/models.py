@@ -9,6 +9,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 
 SMALL_MODEL_PARAMETERS = 5_000_000  # below this one CPU thread is faster than several (no contention)
+LOGPROB_CHUNK = 256  # answer positions projected onto the vocabulary at a time (answer_logprobs)
 
 
 def resolve_base_model(home: Home, value: str) -> str:
@@ -110,3 +111,33 @@ def answer_logits(model, ids, attention, answer_mask):
     hidden = causal.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
     answer = answer_mask.bool()
     return causal.get_output_embeddings()(hidden[answer]).float(), ids[:, 1:][answer]
+
+
+def answer_logprobs(model, ids, attention, answer_mask, chunk: int = LOGPROB_CHUNK):
+    """Log-probability of every answer token (`answer_mask` marks `ids[:, 1:]`), flat in row order.
+
+    Only the answer positions' hidden states are projected onto the vocabulary, `chunk` at a time;
+    under autograd each chunk is checkpointed (its logits are recomputed in the backward pass), so
+    at most one chunk's [chunk, vocab] logits exist at once: never [batch, length, vocab].
+    """
+    import functools
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    causal = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = causal.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1]
+    answer = answer_mask.bool()
+    selected, targets = hidden[answer], ids[:, 1:][answer]
+    project = functools.partial(_chunk_logprobs, causal.get_output_embeddings())
+    parts = []
+    for start in range(0, len(targets), chunk):
+        h, t = selected[start : start + chunk], targets[start : start + chunk]
+        parts.append(checkpoint(project, h, t, use_reentrant=False) if torch.is_grad_enabled() else project(h, t))
+    return torch.cat(parts) if parts else selected.new_zeros(0)
+
+
+def _chunk_logprobs(head, hidden, targets):
+    """log softmax(head(hidden))[target] as logit - logsumexp: no second vocabulary-sized tensor."""
+    logits = head(hidden).float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)

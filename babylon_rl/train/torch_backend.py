@@ -17,7 +17,13 @@ exchanges); its chunks share its advantage and its weight.
 
 `objective="awr"` replaces the clipped term by advantage-weighted regression for logged
 (off-policy) answers: loss_t = -w_i * logp_t with w_i = exp(A_i / beta), capped and scaled to
-mean 1 over the step. Only answer positions are projected onto the vocabulary (`answer_logits`).
+mean 1 over the step.
+
+Memory is bounded by the settings, not the data: LoRA sits on the top `train_layers` blocks (the
+blocks below keep no activations), micro-batches hold at most `micro_batch` padded tokens, only
+answer positions are projected onto the vocabulary, a chunk at a time (`answer_logprobs`), and
+gradient checkpointing is switched on where the plan would not fit otherwise (`memory.py`). The
+plan is checked against the memory this process can use before the model loads.
 """
 
 from __future__ import annotations
@@ -25,9 +31,9 @@ from __future__ import annotations
 import json
 import random
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -35,12 +41,14 @@ from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.hashing import file_sha256 as sha256
 from babylon_rl.train.data import Encoded, Group, encode_chunks, pad_encoded
-from babylon_rl.train.models import answer_logits, load_causal_lm
+from babylon_rl.train import memory
+from babylon_rl.train.models import answer_logprobs, load_causal_lm, lora_model
 
 ADAPTER_FILE = "adapter_model.safetensors"
 FULL_MODEL_FILE = "model.safetensors"  # lora_r = 0: the whole model is the checkpoint
 TRAINER_STATE = "trainer_state.pt"
 STATE_JSON = "state.json"
+T = TypeVar("T")
 
 
 class CheckpointError(ConfigError):
@@ -54,8 +62,9 @@ class TorchOptions:
     clip_eps: float = 0.2
     lora_r: int = 8
     inner_epochs: int = 1
-    micro_batch: int = 8
-    max_length: int = 2048
+    micro_batch: int = 4096  # padded tokens per forward pass (a longer chunk goes alone)
+    max_length: int = 2048  # tokens per chunk of a conversation (at most the model's context)
+    train_layers: int = 4  # LoRA on the top N blocks; 0 = every block
     max_grad_norm: float = 1.0
     seed: int = 0
     objective: str = "grpo"  # grpo | awr
@@ -151,12 +160,18 @@ class Checkpoints:
 class TorchTrainer(Checkpoints):
     def __init__(self, base_model: str, options: TorchOptions) -> None:
         import torch
-        from peft import LoraConfig, get_peft_model
+        from transformers import AutoConfig
 
         self.options = options
         self.base_model = base_model
         torch.manual_seed(options.seed)
+        config = AutoConfig.from_pretrained(base_model)
+        self.plan = self.memory_plan(config)
+        memory.check(self.plan, f"training {Path(base_model).name} on {self.options.micro_batch}-token micro-batches")
+        memory.bound_allocator()
         base, self.tokenizer = load_causal_lm(base_model)
+        if self.plan.checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.reference = None
         if options.lora_r == 0:  # full fine-tune; the frozen base model is the KL reference
             import copy
@@ -167,21 +182,27 @@ class TorchTrainer(Checkpoints):
                 for p in self.reference.parameters():
                     p.requires_grad_(False)
         else:
-            lora = LoraConfig(r=options.lora_r, lora_alpha=2 * options.lora_r, lora_dropout=0.0,
-                              target_modules="all-linear", task_type="CAUSAL_LM")
-            with warnings.catch_warnings():  # peft 0.21 calls a transformers 5 deprecated alias
-                warnings.simplefilter("ignore", FutureWarning)
-                self.model = get_peft_model(base, lora)
+            self.model = lora_model(base, options.lora_r, options.train_layers)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self._encoded: dict[str, list[Encoded]] = {}  # trajectory id -> chunks (a dataset is immutable)
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
 
+    def memory_plan(self, config) -> memory.Plan:
+        """The step's peak from the settings (`memory.plan`), with gradient checkpointing only where it is needed."""
+        o = self.options
+        length = self.chunk_length(config)
+        return memory.choose(memory.ModelShape.of(config), max(o.micro_batch, length), o.lora_r,
+                             0 if o.lora_r == 0 else o.train_layers, o.lora_r == 0 and o.kl_coef > 0, memory.CHECKPOINT_ABOVE)
+
     # -- tensors ------------------------------------------------------------------------
+    def chunk_length(self, config) -> int:
+        """Chunk length: the option, but never past the model's position limit."""
+        limit = getattr(config, "max_position_embeddings", None) or self.options.max_length
+        return min(self.options.max_length, int(limit))
+
     @property
     def max_length(self) -> int:
-        """Chunk length: the option, but never past the model's position limit."""
-        limit = getattr(self.model.config, "max_position_embeddings", None) or self.options.max_length
-        return min(self.options.max_length, int(limit))
+        return self.chunk_length(self.model.config)
 
     def encode(self, messages: list[dict]) -> list[Encoded]:
         return encode_chunks(self.tokenizer, messages, self.max_length)
@@ -198,9 +219,18 @@ class TorchTrainer(Checkpoints):
         return ids, attention, mask[:, 1:].float()
 
     def _token_logprobs(self, ids, attention, mask, model=None):
-        """Log-probabilities of the answer tokens only, flat in row order (`answer_logits`)."""
-        logits, targets = answer_logits(model or self.model, ids, attention, mask)
-        return logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        """Log-probabilities of the answer tokens only, flat in row order (`answer_logprobs`)."""
+        return answer_logprobs(model or self.model, ids, attention, mask)
+
+    def micro_batches(self, items: list[T], length: Callable[[T], int]) -> list[list[T]]:
+        """Consecutive runs of `items` (sorted by length) whose padded size stays within `micro_batch` tokens."""
+        batches: list[list[T]] = []
+        for item in items:
+            if batches and (len(batches[-1]) + 1) * length(item) <= self.options.micro_batch:
+                batches[-1].append(item)
+            else:
+                batches.append([item])
+        return batches
 
     @staticmethod
     def _per_sequence(values, mask):
@@ -213,12 +243,12 @@ class TorchTrainer(Checkpoints):
         """Mean log-probability per assistant token of each conversation under the current policy."""
         import torch
 
-        chunks = [(index, e) for index, m in enumerate(conversations) for e in self.encode(m)]
+        chunks = sorted(((index, e) for index, m in enumerate(conversations) for e in self.encode(m)),
+                        key=lambda pair: len(pair[1].input_ids))
         sums, counts = [0.0] * len(conversations), [0.0] * len(conversations)
         self.model.eval()
         with torch.no_grad():
-            for start in range(0, len(chunks), self.options.micro_batch):
-                part = chunks[start : start + self.options.micro_batch]
+            for part in self.micro_batches(chunks, lambda pair: len(pair[1].input_ids)):
                 ids, attention, mask = self._batch([e for _, e in part])
                 logp = self._token_logprobs(ids, attention, mask)
                 totals = self._per_sequence(logp, mask) * mask.sum(1)
@@ -237,7 +267,7 @@ class TorchTrainer(Checkpoints):
             pairs = list(zip([c for c, _ in pairs], self.awr_weights([a for _, a in pairs])))
         items = [_Item(e, a, 1.0 / (len(chunks) * len(pairs))) for chunks, a in pairs for e in chunks]
         items.sort(key=lambda it: len(it.encoded.input_ids))  # similar lengths share a micro-batch: little padding
-        chunks = [items[i : i + self.options.micro_batch] for i in range(0, len(items), self.options.micro_batch)]
+        chunks = self.micro_batches(items, lambda it: len(it.encoded.input_ids))
         tensors = [self._batch([it.encoded for it in chunk]) for chunk in chunks]
         advantages = [torch.tensor([it.advantage for it in chunk]).unsqueeze(1) for chunk in chunks]
         weights = [torch.tensor([it.weight for it in chunk]) for chunk in chunks]

