@@ -647,11 +647,11 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (GRPO and the imitation baseline alike).")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=8, show_default=True, help="Decisions per step.")
-@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (the GRPO group).")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
-@click.option("--kl-coef", type=click.FloatRange(min=0), default=0.02, show_default=True, help="KL penalty to the base model.")
+@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (the menu objective and the imitation baseline alike).")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=32, show_default=True, help="Decisions per step.")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-4, show_default=True)
+@click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
               help="Held-out decisions replayed per eval window (a seeded sample): many windows narrow the interval, more decisions of one window barely do.")
 @click.option("--base-model", default="smollm2-135m", show_default=True, help="The policy to train (smollm2-135m is made on first use).")
@@ -662,6 +662,11 @@ def improve(obj: BabylonContext, **options) -> None:
 @error_handler
 def quickstart(obj: BabylonContext, **options) -> None:
     """The whole loop on the embedded default: simulate, build, dataset, SmolLM2, score, train, eval, report.
+
+    \b
+    Training is the menu objective from frozen states (train --objective menu); the eval has
+    the base, the imitation baseline and the trained model answer from the menu, sharing the
+    base model's frozen blocks (eval --menu-shares).
 
     \b
     DuckDB only: no server, no network. With --database-url the game data goes through a

@@ -1,7 +1,8 @@
 """`cli.py quickstart`: the whole loop on a fresh home, one BabylonContext method per stage.
 
 simulate -> build -> dataset build -> model init -> score -> train (imitation baseline) ->
-train (GRPO on the policy's own answers) -> eval -> report. Each stage is the same method the
+train (the menu objective from frozen states, train/cached.py) -> eval (the three models answer
+from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the
 individual command calls; this module only chooses the options, times the stages and prints
 where everything went. It drives a BabylonContext as the CLI does (cli.py calls
 run_quickstart), so the context does not know about it: no import cycle between the two.
@@ -37,8 +38,8 @@ STAGES = 9
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    # The defaults are sized to 2 CPU cores (docs/BENCHMARKS.md, "Quickstart"): SmolLM2-135M with
-    # LoRA on its top blocks, GRPO on its own answers to the train windows' decisions.
+    # The defaults are sized to 2 CPU cores (docs/BENCHMARKS.md, "Quickstart"): SmolLM2-135M with LoRA on
+    # its top blocks, trained with the menu objective from frozen states (docs/TRAINING.md).
     agents: int = 10
     # Many windows, two held-out decisions each: decisions of one window share its market moves, so the
     # eval's interval (a bootstrap over windows) narrows with windows, not decisions. 24 held-out windows
@@ -47,11 +48,10 @@ class QuickstartOptions:
     windows: int = 480
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
-    steps: int = 12  # training steps, the same for GRPO and the imitation baseline
-    groups_per_step: int = 8  # decisions per step
-    samples: int = 8  # answers per decision
-    learning_rate: float = 3e-4
-    kl_coef: float = 0.02
+    steps: int = 12  # training steps, the same for the menu objective and the imitation baseline
+    groups_per_step: int = 32  # decisions per step
+    learning_rate: float = 2e-4
+    shares: int = 50  # the menu's trade size, and the references' in the eval
     validation_fraction: float = 0.1
     eval_fraction: float = 0.25
     eval_decisions_per_window: int = 2
@@ -125,15 +125,15 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
             ctx.model_init(DEFAULT_MODEL)
     with _stage(ctx, result, 5, "score --judge heuristic"):
         ctx.score(NAME, ScoreOptions(judge="heuristic"))
-    common = dict(dataset=NAME, backend="torch", base_model=options.base_model, on_policy=True, learning_rate=options.learning_rate,
+    common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
                   groups_per_step=options.groups_per_step, max_steps=options.steps, seed=options.seed, device=options.device)
     with _stage(ctx, result, 6, "train --objective imitate (the imitation baseline, same budget)"):
         ctx.train(run_name=IMITATION, objective="imitate", **common)
-    with _stage(ctx, result, 7, "train --on-policy (GRPO on the policy's own answers)"):
-        trained = ctx.train(run_name=NAME, samples=options.samples, kl_coef=options.kl_coef, inner_epochs=2, **common)
+    with _stage(ctx, result, 7, "train --objective menu (every menu answer priced, tickers renamed, frozen blocks once)"):
+        trained = ctx.train(run_name=NAME, objective="menu", shares=options.shares, **common)
     with _stage(ctx, result, 8, "eval: trained vs base vs imitation vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=NAME, dataset=NAME, imitation=IMITATION, seed=options.seed, device=options.device,
-                                               max_decisions_per_window=options.eval_decisions_per_window))
+                                               max_decisions_per_window=options.eval_decisions_per_window, menu_shares=options.shares))
     with _stage(ctx, result, 9, "report", spinner=True):
         report = ctx.report(NAME)
     result.artifacts = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SMALL = ["--agents", "6", "--windows", "12", "--steps-per-window", "2", "--steps", "2", "--groups-per-step", "2",
-         "--samples", "2", "--eval-decisions-per-window", "2"]
+SMALL = ["--agents", "6", "--windows", "12", "--steps-per-window", "2", "--steps", "2", "--groups-per-step", "4",
+         "--eval-decisions-per-window", "2"]
 
 
 def test_quickstart_small_end_to_end(home, run_cli):
@@ -14,7 +14,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert result.exit_code == 0, result.output
     out = result.output
     for stage in ("simulate into duckdb", "build", "dataset build", "model init (smollm2-135m)", "score --judge heuristic",
-                  "train --objective imitate", "train --on-policy", "eval: trained vs base vs imitation", "report"):
+                  "train --objective imitate", "train --objective menu", "eval: trained vs base vs imitation", "report"):
         assert f"done {stage}" in out, stage
     assert "quickstart summary" in out and "logged agents" in out and "direction" in out
     marker = json.loads((home / "quickstart.json").read_text())
@@ -27,6 +27,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
     assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "reader", "baseline", "imitation", "model"]
     assert set(evaluation["comparison"]) == {"logged", "constant", "reader", "baseline", "imitation"}
+    assert evaluation["menu_shares"] == 50  # the three models answered from the menu, on one shared base
     assert "news rule" in out and "recognise" in out  # the design check: could this evaluation see reading at all?
     assert ("learning shown" if evaluation["learning_shown"] else "learning NOT shown") in out
     page = (home / "runs" / "quickstart" / "report.html").read_text()
