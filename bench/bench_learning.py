@@ -153,17 +153,13 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
     return {"curve": curve, "seconds": seconds, "best": best}
 
 
-def resized(answer: str, shares: int) -> str:
-    action = json.loads(answer)
-    return json.dumps(action | {"shares": shares}) if "shares" in action else answer
-
-
 def main() -> None:
+    from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate import EvalOptions
     from babylon_rl.evaluate.constant import best_constant
     from babylon_rl.evaluate.decisions import load_train_decisions
     from babylon_rl.evaluate.rules import news_rule
-    from babylon_rl.evaluate.run import compare_results, scored_answers
+    from babylon_rl.evaluate.run import compare_results, resized, scored_answers
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -232,7 +228,7 @@ def main() -> None:
     best = results["counterfactual"]["best"]
 
     # the references: the best constant (train + validation decisions only, at the menu's size) and the news rule
-    chosen_on = load_train_decisions(__import__("babylon_rl.dataset.dataset", fromlist=["Dataset"]).Dataset.open(ctx.home, "learn"))
+    chosen_on = load_train_decisions(Dataset.open(ctx.home, "learn"))
     constant = resized(best_constant(chosen_on.decisions, chosen_on.truths, 0.5).answer, args.shares)
     decisions = eval_set.decisions
     eval_options = EvalOptions(model=RUN, dataset="learn", seed=args.seed)

@@ -29,9 +29,10 @@ class ConstantChoice:
     train_decisions: int
 
 
-def candidates(truths: dict[str, GroundTruth]) -> list[str]:
+def candidates(truths: dict[str, GroundTruth], shares: int = CONSTANT_SHARES) -> list[str]:
+    """Hold, then buy and sell `shares` of each ticker of these windows (sorted)."""
     tickers = sorted({t for truth in truths.values() for t in truth.stocks})
-    trades = [json.dumps({"action": kind, "ticker": t, "shares": CONSTANT_SHARES}) for kind in ("buy", "sell") for t in tickers]
+    trades = [json.dumps({"action": kind, "ticker": t, "shares": shares}) for kind in ("buy", "sell") for t in tickers]
     return [json.dumps({"action": "hold"})] + trades
 
 

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, layout, pack
@@ -54,8 +55,7 @@ class MenuOptions:
 
 def menu(task: Task, shares: int) -> list[str]:
     """Hold, then buy and sell `shares` of each of the window's stocks (sorted): the answers priced and trained on."""
-    trades = [json.dumps({"action": kind, "ticker": t, "shares": shares}) for kind in ("buy", "sell") for t in sorted(task.truth.stocks)]
-    return [json.dumps({"action": "hold"})] + trades
+    return candidates({task.window_id: task.truth}, shares)
 
 
 def renamed(request: DecisionPrompt, mapping: dict[str, str]) -> DecisionPrompt:
