@@ -33,7 +33,7 @@ import shutil
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,9 @@ from babylon_rl.dataset.params import BuildParams  # noqa: E402
 
 TODAYS_TRAINER_SECONDS = (1.2, 1.7)  # the counterfactual trainer's seconds per training decision before the cache (issue 43)
 RUN = "learn-cached"
+# what the frozen states depend on: another --tag may change anything else (learning rate, epochs, ...) and reuse them
+DATA_SETTINGS = ["home", "agents", "windows", "steps_per_window", "news_strength", "train_decisions", "validation_decisions",
+                 "eval_per_window", "variants", "shares", "seed"]
 
 
 def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
@@ -159,7 +162,7 @@ def main() -> None:
     from babylon_rl.evaluate.constant import best_constant
     from babylon_rl.evaluate.decisions import load_train_decisions
     from babylon_rl.evaluate.rules import news_rule
-    from babylon_rl.evaluate.run import compare_results, resized, scored_answers
+    from babylon_rl.evaluate.run import EvalResult, compare_results, resized, scored_answers, write_outputs
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -182,6 +185,8 @@ def main() -> None:
     parser.add_argument("--cache-batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tag", default="", help="train again on the same frozen states with other training settings, "
+                        "into HOME/runs/learn-cached-TAG (choose between tags on validation, never on the held-out curve)")
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -194,12 +199,14 @@ def main() -> None:
             f.write(f"{datetime.now():%H:%M:%S} {line}\n")
 
     ctx = world(args)
-    run_dir.mkdir(parents=True, exist_ok=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    settings_path = run_dir / "settings.json"
-    if settings_path.exists() and json.loads(settings_path.read_text()) != settings:
-        sys.exit(f"{run_dir} holds a run with other settings ({settings_path}): use another --home, or remove {run_dir}")
-    settings_path.write_text(json.dumps(settings, indent=1))
+    out_dir = run_dir.with_name(f"{RUN}-{args.tag}") if args.tag else run_dir  # the frozen states stay in run_dir, for every tag
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(settings))):
+        wanted = {k: settings[k] for k in keys}
+        if path.exists() and {k: v for k, v in json.loads(path.read_text()).items() if k in keys} != wanted:
+            sys.exit(f"{path.parent} holds a run with other settings ({path}): use another --home or --tag, or remove it")
+        path.write_text(json.dumps(wanted, indent=1))
     log(f"bench_learning {' '.join(sys.argv[1:])}")
 
     data, train, validation, eval_set, held_out = splits(ctx, args)
@@ -220,7 +227,7 @@ def main() -> None:
     base_answers, _ = priced(trainer, held_out_items)
     _, base_validation = priced(trainer, validation_items)
     trainers = {"counterfactual": trainer, "imitate": MenuTrainer(base_model, replace(options, objective="imitate"))}
-    results = {name: train_policy(name, policy, train_items, validation_items, held_out_items, run_dir, args, log)
+    results = {name: train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log)
                for name, policy in trainers.items()}
     imitation = trainers["imitate"]
     imitation.restore(results["imitate"]["best"]["state"])
@@ -229,7 +236,8 @@ def main() -> None:
 
     # the references: the best constant (train + validation decisions only, at the menu's size) and the news rule
     chosen_on = load_train_decisions(Dataset.open(ctx.home, "learn"))
-    constant = resized(best_constant(chosen_on.decisions, chosen_on.truths, 0.5).answer, args.shares)
+    choice = best_constant(chosen_on.decisions, chosen_on.truths, 0.5)
+    constant = resized(choice.answer, args.shares)
     decisions = eval_set.decisions
     eval_options = EvalOptions(model=RUN, dataset="learn", seed=args.seed)
     policies = [scored_answers(role, name, answers, eval_set, eval_options) for role, name, answers in (
@@ -261,8 +269,13 @@ def main() -> None:
                "train_seconds_per_step_median": step_seconds, "train_seconds_per_decision_epoch": step_seconds / args.batch,
                "factor_vs_todays_trainer": [t / (step_seconds / args.batch) for t in TODAYS_TRAINER_SECONDS],
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "whole_run_seconds": time.monotonic() - started}
-    (run_dir / "curve.json").write_text(json.dumps(curve, indent=1))
-    (run_dir / "result.json").write_text(json.dumps({
+    (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
+    # eval.json and run.json as a training run has them, so that `cli.py report` draws this run's page with its curve
+    write_outputs(EvalResult(eval_options, eval_set, policies, comparison, replace(choice, answer=constant), out_dir, out_dir, None,
+                             datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design))
+    (out_dir / "run.json").write_text(json.dumps({"dataset": "learn", "bench_learning": settings}, indent=1))
+    ctx.report(out_dir.name)
+    (out_dir / "result.json").write_text(json.dumps({
         "settings": settings, "learning_shown": learning, "chosen_step": best["step"], "chosen_validation": best["validation"],
         "base_validation": base_validation, "comparison": comparison, "design_check": design,
         "policies": [p.to_dict() for p in policies], "timings": timings,
