@@ -81,11 +81,13 @@ def splits(ctx: BabylonContext, args):
     """Train and validation tasks (train.grpo: never the eval split), then the eval decisions, opened last."""
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.decisions import load_eval_set
+    from babylon_rl.train.cached import next_look
     from babylon_rl.train.grpo import Task, load_decision_data
 
     data = load_decision_data(ctx.home, "learn")
     rng = np.random.default_rng(args.seed)
-    train = [data.train[i] for i in sorted(rng.choice(len(data.train), min(args.train_decisions, len(data.train)), replace=False))]
+    priced_train = next_look(data.train) if args.horizon == "next-look" else data.train
+    train = [priced_train[i] for i in sorted(rng.choice(len(data.train), min(args.train_decisions, len(data.train)), replace=False))]
     validation = [data.validation[i] for i in sorted(rng.choice(len(data.validation), min(args.validation_decisions, len(data.validation)), replace=False))]
     eval_set = load_eval_set(Dataset.open(ctx.home, "learn")).sample(args.eval_per_window, args.seed)
     held_out = [Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions]
@@ -181,6 +183,9 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=2e-4)
     parser.add_argument("--reward-temperature", type=float, default=0.3)
     parser.add_argument("--shares", type=int, default=50)
+    parser.add_argument("--horizon", choices=["window-end", "next-look"], default="window-end",
+                        help="what prices the train targets: the window's end, or the agent's next look (cached.next_look); "
+                             "validation and eval always price to the window's end")
     parser.add_argument("--ema", type=float, default=0.98)
     parser.add_argument("--cache-batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)

@@ -142,15 +142,19 @@ def _exchangeable(targets: np.ndarray, answers: list[dict]) -> np.ndarray:
     return out
 
 
-def objective_signal(home: Home, dataset: str, shares: int, renamed: bool, temperature: float = 0.3) -> dict[str, float]:
-    """The gain in nats per validation decision of a headline-reading policy over the marginal, under this objective."""
+def objective_signal(home: Home, dataset: str, shares: int, renamed: bool, temperature: float = 0.3,
+                     horizon: str = "window-end") -> dict[str, float]:
+    """The gain in nats per validation decision of a headline-reading policy over the marginal, under this objective
+    (its targets priced at the window's end, or at the agent's next look: `cached.next_look`)."""
     from babylon_rl.train.cached import menu as menu_of
+    from babylon_rl.train.cached import next_look
 
     data = load_decision_data(home, dataset)
     menu = menu_of(data.train[0], shares)
     answers = [json.loads(a) for a in menu]
-    train_targets = _targets(priced(data.train, menu)[0], temperature)
-    validation_targets = _targets(priced(data.validation, menu)[0], temperature)
+    horizon_of = next_look if horizon == "next-look" else list
+    train_targets = _targets(priced(horizon_of(data.train), menu)[0], temperature)
+    validation_targets = _targets(priced(horizon_of(data.validation), menu)[0], temperature)
     marginal = train_targets.mean(0)
     if renamed:
         marginal = _exchangeable(marginal, answers)
@@ -194,9 +198,10 @@ def main() -> None:
 
     if args.objectives:
         print("| objective | tilt | reading's gain over the marginal (nats / validation decision) | its spread over windows (std) | decisions needed |\n|---|---:|---:|---:|---:|")
-        for shares, renamed in ((10, False), (50, False), (10, True), (50, True)):
-            row = objective_signal(Home.resolve(args.home), args.dataset, shares, renamed, args.reward_temperature)
-            print(f"| {shares} shares{', renamed tickers' if renamed else ''} | {row['tilt']:.2f} | {row['gain_per_decision']:+.4f} | "
+        for shares, renamed, horizon in ((10, False, "window-end"), (50, False, "window-end"), (10, True, "window-end"),
+                                         (50, True, "window-end"), (50, True, "next-look")):
+            row = objective_signal(Home.resolve(args.home), args.dataset, shares, renamed, args.reward_temperature, horizon)
+            print(f"| {shares} shares{', renamed tickers' if renamed else ''}, to the {horizon} | {row['tilt']:.2f} | {row['gain_per_decision']:+.4f} | "
                   f"{row['window_std']:.4f} ({row['windows']} windows) | {row['needed']:,.0f} |")
         return
 

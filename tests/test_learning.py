@@ -517,3 +517,18 @@ def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stop
     trainer.train_step([task])
     resumed.train_step([task])
     assert all(torch.allclose(a, b) for a, b in zip(resumed.params, trainer.params))
+
+
+def test_next_look_prices_a_decision_at_the_same_agents_next_decision_and_the_last_at_the_windows_end():
+    from dataclasses import replace
+
+    from babylon_rl.train.cached import next_look
+
+    first = _menu_task("ACME: Acme Corp beats earnings expectations")  # ACME at 223.79 now; the window ends at 230
+    second = replace(first, observation=read_observation("Prices:\n  ACME $226.00 (+1.0% since your last look)\n  BOLT $51.00 (+0.0% since your last look)"))
+    other = replace(first, trajectory_id="t2")
+    priced = next_look([first, second, other])
+    assert priced[0].truth.stocks["ACME"].end == 226.0 and priced[0].truth.stocks["BOLT"].end == 51.0
+    assert priced[0].truth.stocks["CRUX"].end == first.truth.stocks["CRUX"].end  # not in the next look: the window's end
+    assert priced[1].truth == first.truth and priced[2].truth == first.truth  # a trajectory's last decision: the window's end
+    assert priced[0].price('{"action": "buy", "ticker": "ACME", "shares": 10}')[1].pnl == pytest.approx(10 * (226.0 - 223.79))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -56,6 +56,23 @@ class MenuOptions:
 def menu(task: Task, shares: int) -> list[str]:
     """Hold, then buy and sell `shares` of each of the window's stocks (sorted): the answers priced and trained on."""
     return candidates({task.window_id: task.truth}, shares)
+
+
+def next_look(tasks: list[Task]) -> list[Task]:
+    """The tasks priced at the agent's next look instead of the window's end: each stock's "end" is its price in the
+    same trajectory's next decision (the window's end after its last). Headlines move prices for 10-30 minutes and
+    decisions are ~20 minutes apart, so this horizon keeps the news's move and drops most of the later noise. A training
+    target only: evaluation always prices to the window's end. `tasks` in the order `read_decisions` gives (a
+    trajectory's decisions consecutive, in turn order)."""
+    out = []
+    for task, following in zip(tasks, tasks[1:] + [None]):
+        if following is None or following.trajectory_id != task.trajectory_id:
+            out.append(task)
+            continue
+        later = following.observation.prices
+        stocks = {t: replace(s, end=later.get(t, s.end)) for t, s in task.truth.stocks.items()}
+        out.append(replace(task, truth=replace(task.truth, stocks=stocks)))
+    return out
 
 
 def renamed(request: DecisionPrompt, mapping: dict[str, str]) -> DecisionPrompt:
