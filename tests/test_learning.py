@@ -481,6 +481,8 @@ def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_an
 
     shown = renamed(task.request, mapping).messages[-1]["content"]
     assert "CRUX: Crux Biotech beats earnings expectations" in shown and "CRUX 223 +0.1%" in shown and "ACME 51 -0.4%" in shown
+    # the price lines in the new names' order, so the first line is not always the same stock's
+    assert [line.split()[0] for line in shown.splitlines()[1:4]] == ["ACME", "BOLT", "CRUX"]
     answers = menu(task, 50)
     assert json.loads(_renamed_answer(answers[1], mapping))["ticker"] == mapping[json.loads(answers[1])["ticker"]]
     assert all(json.loads(a).get("shares", 50) == 50 for a in answers)

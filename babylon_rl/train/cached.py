@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from itertools import groupby
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -30,7 +31,7 @@ import numpy as np
 
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.constant import candidates
-from babylon_rl.evaluate.prompts import DecisionPrompt
+from babylon_rl.evaluate.prompts import TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, layout, pack
 from babylon_rl.train.grpo import Task
@@ -76,11 +77,21 @@ def next_look(tasks: list[Task]) -> list[Task]:
 
 
 def renamed(request: DecisionPrompt, mapping: dict[str, str]) -> DecisionPrompt:
-    """The prompt with every ticker (and its simulator company name) replaced by `mapping`'s, all at once."""
+    """The prompt with every ticker (and its simulator company name) replaced by `mapping`'s, all at once, and the price
+    lines sorted by their new names as the game sorts them: in the old order, the first line would still be ACME's."""
     words = dict(mapping) | {COMPANY_NAMES[a]: COMPANY_NAMES[b] for a, b in mapping.items() if a in COMPANY_NAMES and b in COMPANY_NAMES}
     pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")\b")
-    messages = [m | {"content": pattern.sub(lambda match: words[match.group(1)], str(m["content"]))} for m in request.messages]
+    messages = [m | {"content": _sorted_price_lines(pattern.sub(lambda match: words[match.group(1)], str(m["content"])))}
+                for m in request.messages]
     return DecisionPrompt(messages, request.markets)
+
+
+def _sorted_price_lines(text: str) -> str:
+    """Each run of consecutive price lines (`ACME 223 +0.1%`) in ticker order."""
+    lines, out = text.split("\n"), []
+    for is_price, run in groupby(lines, key=lambda line: bool(TICKER.match(line))):
+        out += sorted(run) if is_price else list(run)
+    return "\n".join(out)
 
 
 @dataclass
