@@ -190,6 +190,8 @@ def main() -> None:
     parser.add_argument("--cache-batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", choices=["counterfactual", "imitate"], help="train this policy only, then stop (run the command "
+                        "again without it for the comparisons)")
     parser.add_argument("--tag", default="", help="train again on the same frozen states with other training settings, "
                         "into HOME/runs/learn-cached-TAG (choose between tags on validation, never on the held-out curve)")
     args = parser.parse_args()
@@ -207,7 +209,7 @@ def main() -> None:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     out_dir = run_dir.with_name(f"{RUN}-{args.tag}") if args.tag else run_dir  # the frozen states stay in run_dir, for every tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(settings))):
+    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(set(settings) - {"only"}))):
         wanted = {k: settings[k] for k in keys}
         if path.exists() and {k: v for k, v in json.loads(path.read_text()).items() if k in keys} != wanted:
             sys.exit(f"{path.parent} holds a run with other settings ({path}): use another --home or --tag, or remove it")
@@ -229,11 +231,15 @@ def main() -> None:
     cache_seconds = {name: cached(name, items, trainer, run_dir, args, log)
                      for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
 
-    base_answers, _ = priced(trainer, held_out_items)
-    _, base_validation = priced(trainer, validation_items)
     trainers = {"counterfactual": trainer, "imitate": MenuTrainer(base_model, replace(options, objective="imitate"))}
+    if args.only:  # one policy's training alone (two processes of one thread each use 2 cores better than one of two)
+        train_policy(args.only, trainers[args.only], train_items, validation_items, held_out_items, out_dir, args, log)
+        return
     results = {name: train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log)
                for name, policy in trainers.items()}
+    base = MenuTrainer(base_model, options)  # an adapter as initialised changes nothing: the base model's answers
+    base_answers, _ = priced(base, held_out_items)
+    _, base_validation = priced(base, validation_items)
     imitation = trainers["imitate"]
     imitation.restore(results["imitate"]["best"]["state"])
     imitation_answers, _ = priced(imitation, held_out_items)
