@@ -50,6 +50,7 @@ class MenuOptions:
     train_layers: int = 4
     max_grad_norm: float = 1.0
     cache_batch: int = 8
+    micro_batch: int = 8  # items per forward and backward pass: the top blocks' activations of 32 items take ~4 GB
     seed: int = 0
     device: str = "cpu"
 
@@ -270,6 +271,9 @@ class MenuTrainer(Checkpoints):
 
         from babylon_rl.train.models import load_causal_lm, lora_model
 
+        from babylon_rl.train import memory
+
+        memory.bound_allocator()
         self.options = options
         self.base_model = base_model
         self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
@@ -288,24 +292,19 @@ class MenuTrainer(Checkpoints):
         return menu_logprobs(self.split, items, self.options.device)
 
     def step(self, items: list[MenuItem]) -> dict[str, float]:
-        """One AdamW step on a batch of items; the averaged weights follow."""
+        """One AdamW step on a batch of items, `micro_batch` at a time (gradients summed); the averaged weights follow."""
         import torch
 
         o = self.options
         started = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logp, present = self._logprobs(items)
-        if o.objective == "imitate":
-            index = torch.tensor([item.logged_index for item in items], device=logp.device)
-            kept = index >= 0
-            picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
-            loss = -(picked * kept).sum() / kept.sum().clamp(min=1)
-        else:
-            rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
-            target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
-            loss = -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
-        loss.backward()
+        total = 0.0
+        for start in range(0, len(items), o.micro_batch):
+            part = items[start : start + o.micro_batch]
+            loss = self._loss(part) * len(part) / len(items)
+            loss.backward()
+            total += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
         self.optimizer.step()
         self.model.eval()
@@ -314,7 +313,22 @@ class MenuTrainer(Checkpoints):
             decay = min(o.ema, self.steps / (self.steps + 10)) if o.ema else 0.0
             for avg, p in zip(self.averaged, self.params):
                 avg.mul_(decay).add_(p.detach(), alpha=1 - decay)
-        return {"loss": float(loss.detach()), "grad_norm": grad_norm, "seconds": time.monotonic() - started}
+        return {"loss": total, "grad_norm": grad_norm, "seconds": time.monotonic() - started}
+
+    def _loss(self, items: list[MenuItem]):
+        """The mean loss of these items: cross-entropy to softmax(reward / T) over the menu, or to the logged answer."""
+        import torch
+
+        o = self.options
+        logp, present = self._logprobs(items)
+        if o.objective == "imitate":
+            index = torch.tensor([item.logged_index for item in items], device=logp.device)
+            kept = index >= 0
+            picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
+            return -(picked * kept).sum() / max(len(items), 1)
+        rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
+        target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
+        return -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
 
     def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
         """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
