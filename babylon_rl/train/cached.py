@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import contextmanager
 from itertools import groupby
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -335,28 +336,24 @@ class MenuTrainer(Checkpoints):
         with self._weights(averaged):
             return ranked(self.split, items, self.options.device, batch)
 
-    def _weights(self, averaged: bool):
-        from contextlib import contextmanager
-
+    @contextmanager
+    def _weights(self, averaged: bool) -> Iterator[None]:
+        """The averaged weights in the model for the block (when `averaged` and averaging is on), the raw ones after."""
         import torch
 
-        @contextmanager
-        def swapped():
-            if not averaged or not self.options.ema:
-                yield
-                return
-            raw = [p.detach().clone() for p in self.params]
+        if not averaged or not self.options.ema:
+            yield
+            return
+        raw = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, avg in zip(self.params, self.averaged):
+                p.copy_(avg)
+        try:
+            yield
+        finally:
             with torch.no_grad():
-                for p, avg in zip(self.params, self.averaged):
-                    p.copy_(avg)
-            try:
-                yield
-            finally:
-                with torch.no_grad():
-                    for p, value in zip(self.params, raw):
-                        p.copy_(value)
-
-        return swapped()
+                for p, value in zip(self.params, raw):
+                    p.copy_(value)
 
     # -- the decision-trainer interface of train/loop.py ---------------------------------------
     def items_for(self, tasks: list[Task], variants: int) -> list[MenuItem]:
@@ -414,12 +411,6 @@ class MenuTrainer(Checkpoints):
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         self.steps = state["steps"]
-
-    def save_adapter(self, path: Path, averaged: bool = True) -> None:
-        """The adapter (the averaged weights by default) as a PEFT directory: it answers like any trained checkpoint."""
-        with self._weights(averaged):
-            self.model.save_pretrained(str(path))
-            self.tokenizer.save_pretrained(str(path))
 
 
 def _padded(rows: list[np.ndarray], width: int, device):
