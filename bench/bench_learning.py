@@ -35,25 +35,29 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from babylon_rl.context import BabylonContext  # noqa: E402
-from babylon_rl.dataset.params import BuildParams  # noqa: E402
+if TYPE_CHECKING:  # imported where used: the GPU machine (bench_learning_gpu.py) trains without duckdb or polars
+    from babylon_rl.context import BabylonContext
 
 TODAYS_TRAINER_SECONDS = (1.2, 1.7)  # the counterfactual trainer's seconds per training decision before the cache (issue 43)
 RUN = "learn-cached"
 # what the frozen states depend on: another --tag may change anything else (learning rate, epochs, ...) and reuse them
 DATA_SETTINGS = ["home", "agents", "windows", "steps_per_window", "news_strength", "train_decisions", "validation_decisions",
-                 "eval_per_window", "variants", "shares", "seed"]
+                 "eval_per_window", "variants", "shares", "seed", "train_layers"]
 
 
 def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
     """A fresh home with the simulated world (`args`: home, agents, windows, steps_per_window, news_strength, seed)
     built and split by time into the dataset `learn`: train, validation 10 %, eval (the newest) `eval_fraction`."""
+    from babylon_rl.context import BabylonContext
+    from babylon_rl.dataset.params import BuildParams
+
     shutil.rmtree(args.home, ignore_errors=True)
     ctx = BabylonContext.create(str(args.home))
     ctx.simulate(agents=args.agents, windows=args.windows, steps_per_window=args.steps_per_window, seed=args.seed,
@@ -67,6 +71,8 @@ def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
 
 def world(args) -> BabylonContext:
     """The simulated world and the base model, made once (a re-run finds them)."""
+    from babylon_rl.context import BabylonContext
+
     marker = args.home / "world.json"
     wanted = {k: getattr(args, k) for k in ("agents", "windows", "steps_per_window", "news_strength", "seed")}
     if marker.exists() and json.loads(marker.read_text()) == wanted:
@@ -98,12 +104,15 @@ def cached(name: str, items, trainer, run_dir: Path, args, log) -> float:
     """Fill the items' frozen states, from disk where an earlier run saved them; seconds per item computed."""
     from babylon_rl.train.cached import cache_states, load_states, save_states
 
+    started = time.monotonic()
+    if args.device != "cpu":  # a GPU computes them in seconds: kept on it, never saved
+        cache_states(trainer.split, items, args.cache_batch, args.device)
+        return (time.monotonic() - started) / len(items)
     path = run_dir / f"states-{name}.pt"
     load_states(items, path)
     todo = sum(item.states is None for item in items)
     if not todo:
         return float("nan")
-    started = time.monotonic()
     for start in range(0, len(items), 400):  # saved as it goes: a kill loses at most one chunk
         part = items[start : start + 400]
         if any(item.states is None for item in part):
@@ -115,7 +124,7 @@ def cached(name: str, items, trainer, run_dir: Path, args, log) -> float:
 
 def priced(trainer, items) -> tuple[list[str], dict]:
     """The policy's chosen answers and their mean reward, accuracy and P&L per decision."""
-    chosen = trainer.choose(items)
+    chosen = trainer.choose(items, batch=2 * trainer.options.micro_batch)
     answers = [item.answers[i] for item, i in zip(items, chosen)]
     rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
     outcomes = [item.task.price(a)[1] for item, a in zip(items, answers)]
@@ -123,9 +132,11 @@ def priced(trainer, items) -> tuple[list[str], dict]:
                      "pnl_per_decision": float(np.mean([o.pnl for o in outcomes]))}
 
 
-def train_policy(objective: str, trainer, train_items, validation_items, held_out_items, run_dir: Path, args, log) -> dict:
+def train_policy(objective: str, trainer, train_items, validation_items, held_out_items, run_dir: Path, args, log,
+                 deadline: float | None = None) -> dict:
     """Steps over shuffled epochs of the train items; every `eval_every` steps a checkpoint answers validation (and, for
-    the curve, the held-out decisions); returns the state of the one with the best validation reward."""
+    the curve, the held-out decisions); returns the state of the one with the best validation reward. With a `deadline`
+    (time.time()), it stops early enough for a last checkpoint to end before it."""
     import torch
 
     path = run_dir / f"{objective}.pt"
@@ -138,15 +149,16 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
         trainer.restore(saved["state"])
         curve, seconds, best = saved["curve"], saved["seconds"], saved["best"]
         log(f"  {objective}: resumed at step {trainer.steps}/{total}")
-    while trainer.steps < total:
-        start = trainer.steps * args.batch
-        seconds.append(trainer.step([train_items[i] for i in order[start : start + args.batch]])["seconds"])
-        if trainer.steps % args.eval_every and trainer.steps != total:
-            continue
+
+    def checkpoint() -> None:
+        nonlocal best
+        began = time.time()
         _, val = priced(trainer, validation_items)
-        row = {"step": trainer.steps, "decisions_seen": trainer.steps * args.batch, "validation": val}
+        row = {"step": trainer.steps, "decisions_seen": trainer.steps * args.batch, "validation": val,
+               "seconds": time.time() - began}
         if objective == "counterfactual":
             row["held_out_answers"], row["held_out"] = priced(trainer, held_out_items)
+            row["seconds"] = time.time() - began
         curve.append(row)
         if best is None or val["reward"] > best["validation"]["reward"]:
             best = row | {"state": {k: v for k, v in trainer.state().items() if k != "optimizer"}}
@@ -154,19 +166,25 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
         path.with_suffix(".tmp").replace(path)
         log(f"  {objective} step {trainer.steps}/{total}: validation {val['direction_accuracy']:.3f} acc, {val['reward']:+.3f} reward"
             + (f"; held-out {row['held_out']['direction_accuracy']:.3f} acc, {row['held_out']['pnl_per_decision']:+.2f} P&L"
-               if "held_out" in row else "") + f" ({np.median(seconds):.2f} s/step)")
+               if "held_out" in row else "") + (f" ({np.median(seconds):.3f} s/step)" if seconds else ""))
+
+    def time_left() -> bool:
+        reserve = 2 * curve[-1]["seconds"] + 2 * (seconds[-1] if seconds else 0) if curve else 0
+        return deadline is None or time.time() + reserve < deadline
+
+    if not curve:
+        checkpoint()  # step 0: the base model's answers
+    while trainer.steps < total and time_left():
+        start = trainer.steps * args.batch
+        seconds.append(trainer.step([train_items[i] for i in order[start : start + args.batch]])["seconds"])
+        if trainer.steps % args.eval_every == 0 or trainer.steps == total:
+            checkpoint()
+    if curve[-1]["step"] != trainer.steps:
+        checkpoint()
     return {"curve": curve, "seconds": seconds, "best": best}
 
 
-def main() -> None:
-    from babylon_rl.dataset.dataset import Dataset
-    from babylon_rl.evaluate import EvalOptions
-    from babylon_rl.evaluate.constant import best_constant
-    from babylon_rl.evaluate.decisions import load_train_decisions
-    from babylon_rl.evaluate.rules import news_rule
-    from babylon_rl.evaluate.run import EvalResult, compare_results, resized, scored_answers, write_outputs
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
-
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, default=Path("/tmp/brl-learn"))
     parser.add_argument("--agents", type=int, default=10)
@@ -187,14 +205,20 @@ def main() -> None:
                         help="what prices the train targets: the window's end, or the agent's next look (cached.next_look); "
                              "validation and eval always price to the window's end")
     parser.add_argument("--ema", type=float, default=0.98)
+    parser.add_argument("--train-layers", type=int, default=4, help="LoRA on the top N blocks; the frozen states enter the lowest")
     parser.add_argument("--cache-batch", type=int, default=8)
+    parser.add_argument("--micro-batch", type=int, default=8, help="items per forward and backward pass (and twice that per answering pass)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", choices=["counterfactual", "imitate"], help="train this policy only, then stop (run the command "
                         "again without it for the comparisons)")
     parser.add_argument("--tag", default="", help="train again on the same frozen states with other training settings, "
                         "into HOME/runs/learn-cached-TAG (choose between tags on validation, never on the held-out curve)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments().parse_args()
 
     started = time.monotonic()
     run_dir = args.home / "runs" / RUN
@@ -217,33 +241,62 @@ def main() -> None:
     log(f"bench_learning {' '.join(sys.argv[1:])}")
 
     data, train, validation, eval_set, held_out = splits(ctx, args)
-    options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature,
-                          shares=args.shares, variants=args.variants, ema=args.ema, cache_batch=args.cache_batch,
-                          seed=args.seed, device=args.device)
-    base_model = str(ctx.home.models / "smollm2-135m")
+    record = train_both(args, train, validation, held_out, str(ctx.home.models / "smollm2-135m"), run_dir, out_dir, log)
+    if args.only:
+        return
+    compare(ctx, args, data, eval_set, record, out_dir, started)
+
+
+def train_both(args, train, validation, held_out, base_model: str, run_dir: Path, out_dir: Path, log,
+               deadline: float | None = None, objectives=("counterfactual", "imitate")) -> dict:
+    """Everything that trains or answers, from tasks alone (what the GPU machine runs, bench_learning_gpu.py): the frozen
+    states, each policy's training with its checkpoints' answers, the base's (step 0) and the chosen imitation's."""
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
+
+    options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature, shares=args.shares,
+                          variants=args.variants, ema=args.ema, train_layers=args.train_layers, cache_batch=args.cache_batch,
+                          micro_batch=args.micro_batch, seed=args.seed, device=args.device)
     trainer = MenuTrainer(base_model, options)
     rng = np.random.default_rng(args.seed + 2)
     train_items = make_items(trainer.tokenizer, train, options, args.variants, rng)
     validation_items = make_items(trainer.tokenizer, validation, options, 0, rng)
     held_out_items = make_items(trainer.tokenizer, held_out, options, 0, rng)
     log(f"{len(train)} train decisions x {max(args.variants, 1)} namings = {len(train_items)} items; {len(validation_items)} validation; "
-        f"{len(held_out_items)} held-out decisions in {len(eval_set.windows)} eval windows")
+        f"{len(held_out_items)} held-out decisions")
     cache_seconds = {name: cached(name, items, trainer, run_dir, args, log)
                      for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
-
-    trainers = {"counterfactual": trainer, "imitate": MenuTrainer(base_model, replace(options, objective="imitate"))}
+    trainers = {"counterfactual": lambda: trainer, "imitate": lambda: MenuTrainer(base_model, replace(options, objective="imitate"))}
     if args.only:  # one policy's training alone (two processes of one thread each use 2 cores better than one of two)
-        train_policy(args.only, trainers[args.only], train_items, validation_items, held_out_items, out_dir, args, log)
-        return
-    results = {name: train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log)
-               for name, policy in trainers.items()}
-    base = MenuTrainer(base_model, options)  # an adapter as initialised changes nothing: the base model's answers
-    base_answers, _ = priced(base, held_out_items)
-    _, base_validation = priced(base, validation_items)
-    imitation = trainers["imitate"]
-    imitation.restore(results["imitate"]["best"]["state"])
-    imitation_answers, _ = priced(imitation, held_out_items)
-    best = results["counterfactual"]["best"]
+        objectives = (args.only,)
+    results = {}
+    for name in objectives:
+        policy = trainers[name]()
+        results[name] = train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
+        if name == "imitate":  # the chosen imitation checkpoint's held-out answers
+            policy.restore(results[name]["best"]["state"])
+            results[name]["best"]["held_out_answers"], _ = priced(policy, held_out_items)
+    for result in results.values():
+        result["best"] = {k: v for k, v in result["best"].items() if k != "state"}
+    tokens = {name: float(np.mean([len(i.packed) for i in items])) for name, items in
+              (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
+    return {"results": results, "seconds_per_item_cached": cache_seconds, "tokens_per_packed_decision": tokens,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def compare(ctx: BabylonContext, args, data, eval_set, record: dict, out_dir: Path, started: float) -> bool:
+    """The chosen checkpoint against the base, the best constant, the logged agents and imitation on the eval windows;
+    writes curve.json, eval.json, run.json, result.json and the report page, prints the tables; True when learning shows."""
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.evaluate import EvalOptions
+    from babylon_rl.evaluate.constant import best_constant
+    from babylon_rl.evaluate.decisions import load_train_decisions
+    from babylon_rl.evaluate.rules import news_rule
+    from babylon_rl.evaluate.run import EvalResult, compare_results, resized, scored_answers, write_outputs
+
+    results = record["results"]
+    counterfactual = results["counterfactual"]["curve"]
+    base_answers, base_validation = counterfactual[0]["held_out_answers"], counterfactual[0]["validation"]
+    best, imitation = results["counterfactual"]["best"], results["imitate"]["best"]
 
     # the references: the best constant (train + validation decisions only, at the menu's size) and the news rule
     chosen_on = load_train_decisions(Dataset.open(ctx.home, "learn"))
@@ -256,7 +309,7 @@ def main() -> None:
         ("constant", f"best constant: {constant}", [constant] * len(decisions)),
         ("reader", "news rule", [news_rule(d.request, constant, args.shares) for d in decisions]),
         ("baseline", "base SmolLM2-135M", base_answers),
-        ("imitation", f"imitation (step {results['imitate']['best']['step']})", imitation_answers),
+        ("imitation", f"imitation (step {imitation['step']})", imitation["held_out_answers"]),
         ("model", f"trained (step {best['step']})", best["held_out_answers"]))]
     comparison, design = compare_results(policies, eval_set, eval_options)
     learning = all(c["beats_outside_interval"] for role, c in comparison.items() if role != "reader")
@@ -268,18 +321,17 @@ def main() -> None:
         return {"step": items_seen} | {f"{key}{end}": getattr(scored.metrics[key], attr) for key in ("direction_accuracy", "pnl_per_decision")
                                        for end, attr in (("", "value"), ("_low", "low"), ("_high", "high"))}
 
-    curve = [point(0, base_answers)] + [point(row["decisions_seen"], row["held_out_answers"]) | {
-        "validation_accuracy": row["validation"]["direction_accuracy"]} for row in results["counterfactual"]["curve"]]
+    curve = [point(row["decisions_seen"], row["held_out_answers"]) | {"validation_accuracy": row["validation"]["direction_accuracy"]}
+             for row in counterfactual]
     for row in curve:
         row |= {f"{name}_{key}": references[role][key] for name, role in (("constant", "constant"), ("news_rule", "reader"))
                 for key in ("direction_accuracy", "pnl_per_decision")}
-    tokens = {name: float(np.mean([len(i.packed) for i in items])) for name, items in
-              (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
     step_seconds = float(np.median(results["counterfactual"]["seconds"]))
-    timings = {"seconds_per_item_cached": cache_seconds, "tokens_per_packed_decision": tokens,
-               "train_seconds_per_step_median": step_seconds, "train_seconds_per_decision_epoch": step_seconds / args.batch,
-               "factor_vs_todays_trainer": [t / (step_seconds / args.batch) for t in TODAYS_TRAINER_SECONDS],
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "whole_run_seconds": time.monotonic() - started}
+    timings = {k: record[k] for k in ("seconds_per_item_cached", "tokens_per_packed_decision", "peak_rss_mb")} | {
+        "train_seconds_per_step_median": step_seconds, "train_seconds_per_decision_epoch": step_seconds / args.batch,
+        "factor_vs_todays_trainer": [t / (step_seconds / args.batch) for t in TODAYS_TRAINER_SECONDS],
+        "whole_run_seconds": record.get("whole_run_seconds", time.monotonic() - started)}
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     # eval.json and run.json as a training run has them, so that `cli.py report` draws this run's page with its curve
     write_outputs(EvalResult(eval_options, eval_set, policies, comparison, replace(choice, answer=constant), out_dir, out_dir, None,
@@ -294,6 +346,7 @@ def main() -> None:
         "validation_curves": {k: [{"step": r["step"], **r["validation"]} for r in v["curve"]] for k, v in results.items()},
     }, indent=1))
     report(args, policies, comparison, curve, timings, learning, best, len(eval_set.windows))
+    return learning
 
 
 def report(args, policies, comparison, curve, timings, learning, best, windows) -> None:

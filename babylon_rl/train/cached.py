@@ -156,7 +156,7 @@ def cache_states(split: SplitModel, items: list[MenuItem], batch: int, device: s
         ids, positions, mask = layout([c.packed for c in chunk], device)
         states = split.bottom(ids, positions, mask)
         for row, item in zip(states, chunk):
-            item.states = row[: len(item.packed)].to(torch.bfloat16).cpu().clone()
+            item.states = row[: len(item.packed)].to(torch.bfloat16).clone()  # where they were computed: a GPU keeps them
         on_done(len(chunk))
 
 
