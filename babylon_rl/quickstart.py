@@ -189,6 +189,26 @@ def learning_verdict(evaluation) -> list[str]:
     return lines
 
 
+LEARNING_BENCHMARK = Path(__file__).resolve().parent.parent / "bench" / "results" / "learning-gpu.json"
+
+
+def benchmark_line(path: Path = LEARNING_BENCHMARK) -> str | None:
+    """What the learning benchmark's committed result (bench_learning_gpu.py score --summary) says, in one line: how far
+    training took the model and in how many minutes, the verdict, and where the command is. None outside a checkout."""
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())["news1"]
+    held_out, beats = result["held_out"], result["beats"]
+    beaten = [name for role, name in (("baseline", "its base"), ("constant", "the best constant"), ("logged", "the logged agents"),
+                                      ("imitation", "imitation")) if beats.get(role)]
+    verdict = "learning shown" if result["learning_shown"] else f"learning NOT shown (it beats {', '.join(beaten) or 'none'} on both metrics)"
+    return (f"the learning benchmark ({result['date']}): {result['train_items_seen']:,} training items, "
+            f"{result['gpu_minutes_to_chosen']:.1f} min on an {result['device']}, took held-out direction accuracy from "
+            f"{held_out['baseline']['direction_accuracy']:.3f} to {held_out['model']['direction_accuracy']:.3f} "
+            f"(this run trained on {QuickstartOptions.steps * QuickstartOptions.groups_per_step} decisions); {verdict}; "
+            f"on 2 cores it takes hours. Command: {result['command']} (docs/BENCHMARKS.md#learning)")
+
+
 def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: QuickstartResult) -> None:
     from babylon_rl.evaluate.table import eval_table
 
@@ -198,6 +218,9 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     ctx.console.print(eval_table(result.eval))
     for line in learning_verdict(result.eval):
         ctx.console.print(line)
+    benchmark = benchmark_line()
+    if benchmark:
+        ctx.console.print(benchmark)
     table = Table(show_header=False, title=f"artifacts ({sum(result.stages.values()):.0f}s in all)")
     table.add_column("")
     table.add_column("", overflow="fold")

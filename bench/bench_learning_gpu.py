@@ -54,6 +54,7 @@ SETTINGS = {
     "window-end": {"only": "counterfactual", "horizon": "window-end"},
     "imitate": {"only": "imitate"},
 }
+COMMAND = "python bench/bench_learning_gpu.py prepare, run (on the GPU machine), score"
 DATA = {"train_decisions": 6000, "validation_decisions": 1000, "eval_per_window": 100, "variants": 2}
 
 
@@ -173,7 +174,8 @@ def summarised(setting: str, record: dict, result: dict) -> dict:
     trained = record["results"]["counterfactual"]
     best = trained["best"]
     minutes = (sum(trained["seconds"]) + sum(row["seconds"] for row in trained["curve"])) / 60
-    return {"date": time.strftime("%Y-%m-%d"), "device": record["gpu"], "setting": setting, "args": record["args"],
+    return {"date": time.strftime("%Y-%m-%d"), "device": record["gpu"], "setting": setting, "command": COMMAND,
+            "args": {k: v for k, v in record["args"].items() if k not in ("home", "tag", "only")},
             "chosen_step": best["step"], "train_items_seen": best["decisions_seen"], "gpu_minutes_to_chosen": round(minutes, 1),
             "learning_shown": result["learning_shown"],
             "held_out": {p["role"]: {k: p["metrics"][k]["value"] for k in ("direction_accuracy", "pnl_per_decision")}
