@@ -169,7 +169,7 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
                if "held_out" in row else "") + (f" ({np.median(seconds):.3f} s/step)" if seconds else ""))
 
     def time_left() -> bool:
-        reserve = 2 * curve[-1]["seconds"] + 2 * (seconds[-1] if seconds else 0) if curve else 0
+        reserve = 2 * curve[-1].get("seconds", 0) + 2 * (seconds[-1] if seconds else 0) if curve else 0
         return deadline is None or time.time() + reserve < deadline
 
     if not curve:
@@ -248,7 +248,7 @@ def main() -> None:
 
 
 def train_both(args, train, validation, held_out, base_model: str, run_dir: Path, out_dir: Path, log,
-               deadline: float | None = None, objectives=("counterfactual", "imitate")) -> dict:
+               deadline: float | None = None) -> dict:
     """Everything that trains or answers, from tasks alone (what the GPU machine runs, bench_learning_gpu.py): the frozen
     states, each policy's training with its checkpoints' answers, the base's (step 0) and the chosen imitation's."""
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
@@ -265,12 +265,10 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
         f"{len(held_out_items)} held-out decisions")
     cache_seconds = {name: cached(name, items, trainer, run_dir, args, log)
                      for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
-    trainers = {"counterfactual": lambda: trainer, "imitate": lambda: MenuTrainer(base_model, replace(options, objective="imitate"))}
-    if args.only:  # one policy's training alone (two processes of one thread each use 2 cores better than one of two)
-        objectives = (args.only,)
+    # --only: one policy's training alone (two processes of one thread each use 2 cores better than one of two)
     results = {}
-    for name in objectives:
-        policy = trainers[name]()
+    for name in (args.only,) if args.only else ("counterfactual", "imitate"):
+        policy = trainer if name == "counterfactual" else MenuTrainer(base_model, replace(options, objective="imitate"))
         results[name] = train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
         if name == "imitate":  # the chosen imitation checkpoint's held-out answers
             policy.restore(results[name]["best"]["state"])
@@ -350,7 +348,7 @@ def compare(ctx: BabylonContext, args, data, eval_set, record: dict, out_dir: Pa
 
 
 def report(args, policies, comparison, curve, timings, learning, best, windows) -> None:
-    print(f"\nCommand: `python bench/bench_learning.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, "
+    print(f"\nCommand: `python bench/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, "
           f"{datetime.now():%Y-%m-%d %H:%M}, load {os.getloadavg()[0]:.1f}\n")
     t = timings
     print(f"- whole run {t['whole_run_seconds']:.0f} s, peak RSS {t['peak_rss_mb']:.0f} MB; frozen states "

