@@ -201,7 +201,8 @@ def benchmark_line(path: Path = LEARNING_BENCHMARK) -> str | None:
     held_out, beats = result["held_out"], result["beats"]
     beaten = [name for role, name in (("baseline", "its base"), ("constant", "the best constant"), ("logged", "the logged agents"),
                                       ("imitation", "imitation")) if beats.get(role)]
-    verdict = "learning shown" if result["learning_shown"] else f"learning NOT shown (it beats {', '.join(beaten) or 'none'} on both metrics)"
+    listed = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten) or "no reference"
+    verdict = "learning shown" if result["learning_shown"] else f"learning NOT shown (it beats {listed} on both metrics)"
     return (f"the learning benchmark ({result['date']}): {result['train_items_seen']:,} training items, "
             f"{result['gpu_minutes_to_chosen']:.1f} min on an {result['device']}, took held-out direction accuracy from "
             f"{held_out['baseline']['direction_accuracy']:.3f} to {held_out['model']['direction_accuracy']:.3f} "
