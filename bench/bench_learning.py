@@ -122,16 +122,6 @@ def cached(name: str, items, trainer, run_dir: Path, args, log) -> float:
     return (time.monotonic() - started) / todo
 
 
-def priced(trainer, items) -> tuple[list[str], dict]:
-    """The policy's chosen answers and their mean reward, accuracy and P&L per decision."""
-    chosen = trainer.choose(items, batch=2 * trainer.options.micro_batch)
-    answers = [item.answers[i] for item, i in zip(items, chosen)]
-    rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
-    outcomes = [item.task.price(a)[1] for item, a in zip(items, answers)]
-    return answers, {"reward": float(np.mean(rewards)), "direction_accuracy": float(np.mean([o.correct for o in outcomes])),
-                     "pnl_per_decision": float(np.mean([o.pnl for o in outcomes]))}
-
-
 def train_policy(objective: str, trainer, train_items, validation_items, held_out_items, run_dir: Path, args, log,
                  deadline: float | None = None) -> dict:
     """Steps over shuffled epochs of the train items; every `eval_every` steps a checkpoint answers validation (and, for
@@ -153,11 +143,11 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
     def checkpoint() -> None:
         nonlocal best
         began = time.time()
-        _, val = priced(trainer, validation_items)
+        _, val = trainer.scored(validation_items, 2 * trainer.options.micro_batch)
         row = {"step": trainer.steps, "decisions_seen": trainer.steps * args.batch, "validation": val,
                "seconds": time.time() - began}
         if objective == "counterfactual":
-            row["held_out_answers"], row["held_out"] = priced(trainer, held_out_items)
+            row["held_out_answers"], row["held_out"] = trainer.scored(held_out_items, 2 * trainer.options.micro_batch)
             row["seconds"] = time.time() - began
         curve.append(row)
         if best is None or val["reward"] > best["validation"]["reward"]:
@@ -272,7 +262,7 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
         results[name] = train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
         if name == "imitate":  # the chosen imitation checkpoint's held-out answers
             policy.restore(results[name]["best"]["state"])
-            results[name]["best"]["held_out_answers"], _ = priced(policy, held_out_items)
+            results[name]["best"]["held_out_answers"], _ = policy.scored(held_out_items, 2 * policy.options.micro_batch)
     for result in results.values():
         result["best"] = {k: v for k, v in result["best"].items() if k != "state"}
     tokens = {name: float(np.mean([len(i.packed) for i in items])) for name, items in

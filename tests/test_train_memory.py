@@ -1,4 +1,5 @@
-"""The logged path trains SmolLM2 within a memory ceiling the test sets itself, and a step that would not fit is refused.
+"""The logged and on-policy paths train SmolLM2 within a memory ceiling the test sets itself, and a step that would
+not fit is refused in one line before the weights load.
 
 Each run is a real `cli.py` process under RLIMIT_AS (so a regression fails here instead of being
 killed by the kernel, or killing the machine); its peak resident memory comes from wait4.
@@ -64,3 +65,45 @@ def test_a_step_beyond_the_memory_limit_is_refused_in_one_line(smollm2_home):
     assert "--micro-batch" in lines[0] and "--max-length" in lines[0] and "address-space limit" in lines[0], lines[0]
     assert peak < 1.5e9  # refused before the model loaded
     assert not (smollm2_home / "runs" / "too-big" / "checkpoints").exists()
+
+
+@pytest.fixture(scope="module")
+def market_home(smollm2_home) -> Path:
+    """The SmolLM2 home plus a small simulated market's dataset `d`, whose decisions the on-policy paths replay."""
+    for args in (("simulate", "--agents", "6", "--windows", "10", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
+                 ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "20", "--min-actions", "2",
+                              "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
+        code, _, stderr = run_limited(smollm2_home, *args)
+        assert code == 0, stderr
+    return smollm2_home
+
+
+def test_on_policy_path_trains_smollm2_under_three_gb(market_home):
+    """Two decisions: one full pass of the default 2 prompts x 8 sampled answers, the path's largest."""
+    code, peak, stderr = run_limited(market_home, "train", "--dataset", "d", "--on-policy", "--max-steps", "1",
+                                     "--groups-per-step", "2", "--run-name", "on-policy-bounded")
+    assert code == 0, stderr
+    with (market_home / "runs" / "on-policy-bounded" / "metrics.csv").open() as handle:
+        (step,) = list(csv.DictReader(handle))
+    assert int(step["trajectories"]) >= 1 and int(step["tokens"]) > 0
+    assert peak < PEAK_LIMIT, f"peak RSS {peak / 1e9:.2f} GB"
+
+
+def test_an_on_policy_pass_beyond_the_memory_limit_is_refused_in_one_line(market_home):
+    code, peak, stderr = run_limited(market_home, "train", "--dataset", "d", "--on-policy", "--samples", "256",
+                                     "--max-steps", "1", "--run-name", "too-many", limit=4 * 1024**3)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1, stderr
+    assert "--samples" in lines[0] and "--train-layers" in lines[0] and "address-space limit" in lines[0], lines[0]
+    assert peak < 1.5e9  # refused before the model loaded
+    assert not (market_home / "runs" / "too-many" / "checkpoints").exists()
+
+
+def test_menu_states_beyond_the_memory_limit_are_refused_in_one_line(market_home):
+    """The menu objective keeps every decision's frozen states: too many renamed copies of them are refused up front."""
+    code, peak, stderr = run_limited(market_home, "train", "--dataset", "d", "--objective", "menu", "--variants", "2000",
+                                     "--max-steps", "1", "--run-name", "too-many-copies", limit=4 * 1024**3)
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1, stderr
+    assert "--variants" in lines[0] and "menu objective" in lines[0], lines[0]
+    assert peak < 1.5e9

@@ -34,9 +34,13 @@ from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.prompts import TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
+from babylon_rl.train import memory
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, layout, pack
 from babylon_rl.train.grpo import Task
 from babylon_rl.train.torch_backend import Checkpoints
+
+
+LENGTH_SAMPLE = 64  # tasks packed to estimate the frozen states' size before training
 
 
 @dataclass(frozen=True)
@@ -267,15 +271,20 @@ class MenuTrainer(Checkpoints):
     task's items are made and their frozen states computed the first time it is seen, then reused.
     """
 
-    def __init__(self, base_model: str, options: MenuOptions) -> None:
+    def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = ()) -> None:
+        """`tasks`: the decisions it will see; their frozen states and the largest pass are checked against free memory
+        before the weights load."""
         import torch
 
         from babylon_rl.train.models import load_causal_lm, lora_model
 
-        from babylon_rl.train import memory
-
-        memory.bound_allocator()
         self.options = options
+        self.base_model = base_model
+        self.plan = self.memory_plan(tasks) if tasks and options.device == "cpu" else None
+        if self.plan:
+            memory.check(self.plan, f"the menu objective on {Path(base_model).name}",
+                         "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
+        memory.bound_allocator()
         self.base_model = base_model
         self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
         self._rng = np.random.default_rng(options.seed)
@@ -288,6 +297,22 @@ class MenuTrainer(Checkpoints):
         self.averaged = [p.detach().clone() for p in self.params]
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
         self.steps = 0
+
+    def memory_plan(self, tasks: list[Task]) -> memory.Plan:
+        """The peak from the settings and the tasks (`memory.cached_plan`): packed lengths measured on an even sample."""
+        from transformers import AutoConfig
+
+        from babylon_rl.train.models import load_tokenizer
+
+        o = self.options
+        tokenizer = load_tokenizer(self.base_model)
+        def tokens(task: Task) -> int:
+            return len(pack(tokenizer, task.request, menu(task, o.shares)))
+
+        even = [tokens(t) for t in tasks[:: max(1, len(tasks) // LENGTH_SAMPLE)]]
+        longest = max(tokens(t) for t in sorted(tasks, key=lambda t: len(t.request.messages[-1]["content"]))[-8:])
+        return memory.cached_plan(memory.ModelShape.of(AutoConfig.from_pretrained(self.base_model)), len(tasks) * max(o.variants, 1),
+                                  1.1 * float(np.mean(even)), max(longest, *even), o.micro_batch, o.lora_r, o.train_layers)
 
     def _logprobs(self, items: list[MenuItem]):
         return menu_logprobs(self.split, items, self.options.device)
@@ -383,12 +408,17 @@ class MenuTrainer(Checkpoints):
         """The averaged weights answer the validation decisions from the menu: mean reward (`score`), accuracy, P&L."""
         if not tasks:
             return {}
-        items = self.items_for(tasks, 0)
-        chosen = self.choose(items)
-        outcomes = [item.task.price(item.answers[i])[1] for item, i in zip(items, chosen)]
-        rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
-        return {"score": float(np.mean(rewards)), "direction_accuracy": float(np.mean([o.correct for o in outcomes])),
-                "pnl_per_decision": float(np.mean([o.pnl for o in outcomes])), "valid_rate": 1.0, "decisions": len(tasks)}
+        _, metrics = self.scored(self.items_for(tasks, 0))
+        return {"score": metrics["reward"], **metrics, "valid_rate": 1.0, "decisions": len(tasks)}
+
+    def scored(self, items: list[MenuItem], batch: int = 16) -> tuple[list[str], dict[str, float]]:
+        """The averaged weights' answers from the menu, and their mean reward, direction accuracy and P&L per decision."""
+        chosen = self.choose(items, batch)
+        answers = [item.answers[i] for item, i in zip(items, chosen)]
+        outcomes = [item.task.price(answer)[1] for item, answer in zip(items, answers)]
+        return answers, {"reward": float(np.mean([item.rewards[i] for item, i in zip(items, chosen)])),
+                         "direction_accuracy": float(np.mean([o.correct for o in outcomes])),
+                         "pnl_per_decision": float(np.mean([o.pnl for o in outcomes]))}
 
     def save(self, directory: Path, state: dict, extra: dict | None = None) -> Path:
         """The averaged adapter (what answers) as the checkpoint; the raw weights and their average in its trainer state."""

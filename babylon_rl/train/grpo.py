@@ -46,6 +46,7 @@ from babylon_rl.evaluate.decisions import Decision
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import GroundTruth, Observation, Outcome, read_observation, score_action
 from babylon_rl.policy import PromptBatch, answer_logprobs, decode_answers, encode_answers, encode_prompts, greedy_answers, sample_answers
+from babylon_rl.train import memory
 from babylon_rl.train.torch_backend import Checkpoints
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ PNL_SCALE = 100.0  # dollars per reward unit
 PNL_CLIP = 2.0
 DIRECTION_BONUS = 0.5
 SPREAD_EPS = 1e-6
+LONGEST_SAMPLE = 16  # prompts, longest by characters, tokenised to find the longest in tokens
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,8 @@ def masked_mean(values, mask):
 class GrpoTrainer(Checkpoints):
     """LoRA on a causal LM's top blocks, trained on its own sampled answers (see the module docstring)."""
 
-    def __init__(self, base_model: str, options: GrpoOptions) -> None:
+    def __init__(self, base_model: str, options: GrpoOptions, tasks: list[Task] = ()) -> None:
+        """`tasks`: the decisions it will see; the largest pass over them is checked against free memory before the weights load."""
         import torch
 
         from babylon_rl.train.models import load_causal_lm, lora_model
@@ -236,11 +239,43 @@ class GrpoTrainer(Checkpoints):
         self.options = options
         self.base_model = base_model
         torch.manual_seed(options.seed)
+        self.plan = self.memory_plan(tasks) if tasks and options.device == "cpu" else None
+        if self.plan:
+            memory.check(self.plan, f"{options.objective} on {Path(base_model).name}", self.remedy)
+            memory.bound_allocator()
         base, self.tokenizer = load_causal_lm(base_model, options.device)
         self.model = lora_model(base, options.lora_r, options.train_layers)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
         self.generator = torch.Generator(device=options.device).manual_seed(options.seed)
+
+    # -- memory ---------------------------------------------------------------------------
+    def memory_plan(self, tasks: list[Task]) -> memory.Plan:
+        """The peak of this objective's largest pass (`memory.decision_plan`): `micro_batch` of the longest prompts, each
+        with its answers (k samples, the menu, or the logged answer) at their longest."""
+        from transformers import AutoConfig
+
+        from babylon_rl.train.models import load_tokenizer
+
+        o = self.options
+        tokenizer = load_tokenizer(self.base_model)
+        longest = sorted(tasks, key=lambda t: len(t.request.messages[-1]["content"]))[-LONGEST_SAMPLE:]
+        prompt_tokens = int(encode_prompts(tokenizer, [t.request for t in longest], "cpu").ids.shape[1])
+        if o.objective == "grpo":
+            answers, answer_tokens = o.samples, o.max_new_tokens
+        else:
+            texts = [a for t in longest for a in t.menu] if o.objective == "counterfactual" else \
+                sorted((t.logged_answer for t in tasks), key=len)[-LONGEST_SAMPLE:]
+            answers = max(len(t.menu) for t in tasks) if o.objective == "counterfactual" else 1
+            answer_tokens = int(encode_answers(tokenizer, texts, "cpu")[0].shape[1])
+        return memory.decision_plan(memory.ModelShape.of(AutoConfig.from_pretrained(self.base_model)), o.micro_batch,
+                                    prompt_tokens, answers, answer_tokens, o.lora_r, o.train_layers)
+
+    @property
+    def remedy(self) -> str:
+        """The options that make this objective's passes smaller."""
+        lower = "--samples (answers per decision) or " if self.options.objective == "grpo" else ""
+        return f"lower {lower}--train-layers (blocks that keep activations)"
 
     # -- one step -------------------------------------------------------------------------
     def train_step(self, tasks: list[Task]) -> StepResult:

@@ -95,7 +95,8 @@ class TrainResult:
         return self.steps - self.resumed_at
 
 
-def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=None):
+def make_trainer(config: TrainConfig, base_model: str, run: RunDir, data, art_factory=None):
+    """The trainer for this config; a decision trainer sizes its memory by `data`'s train and validation decisions."""
     if config.objective == "menu":
         from babylon_rl.train.cached import MenuOptions, MenuTrainer
         from babylon_rl.train.models import resolve_device
@@ -105,7 +106,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
         return MenuTrainer(base_model, MenuOptions(
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
-            device=resolve_device(config.device)))
+            device=resolve_device(config.device)), data.train + data.validation)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
@@ -115,7 +116,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, art_factory=
             max_new_tokens=config.max_new_tokens, inner_epochs=config.inner_epochs, clip_eps=config.clip_eps,
             kl_coef=config.kl_coef, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
             device=resolve_device(config.device), reward_temperature=config.reward_temperature,
-            objective=config.objective if config.objective in ("imitate", "counterfactual") else "grpo"))
+            objective=config.objective if config.objective in ("imitate", "counterfactual") else "grpo"),
+            data.train + data.validation)
     if config.backend == "torch":
         from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
 
@@ -180,7 +182,12 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
 
     # model, and where a resumed run left off
-    trainer = make_trainer(config, base_model, run, art_factory)
+    trainer = make_trainer(config, base_model, run, data, art_factory)
+    if getattr(trainer, "plan", None):
+        from babylon_rl.train.memory import headroom
+
+        room, bound = headroom()
+        console.print(f"memory: about {trainer.plan.total / 1e9:.1f} GB at its peak (estimated); {room / 1e9:.1f} GB more fits in {bound}")
     state = {"step": 0, "reward_sum": 0.0, "reward_count": 0, "best": None, "skipped": 0}
     if config.resume and run.checkpoint_steps():
         state.update(trainer.load(run.checkpoint(run.checkpoint_steps()[-1])).get("loop", {}))

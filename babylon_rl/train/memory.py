@@ -59,10 +59,11 @@ class Plan:
     activations: int
     logits: int
     checkpointing: bool
+    cached: int = 0  # frozen states held for reuse (the menu objective)
 
     @property
     def total(self) -> int:
-        return RUNTIME_BYTES + self.weights + self.optimizer + self.activations + self.logits
+        return RUNTIME_BYTES + self.weights + self.optimizer + self.activations + self.logits + self.cached
 
 
 def plan(shape: ModelShape, tokens: int, lora_r: int, trained_layers: int,
@@ -82,6 +83,28 @@ def plan(shape: ModelShape, tokens: int, lora_r: int, trained_layers: int,
         activations = per_token_layer * tokens * trained_layers
     logits = 4 * 4 * LOGPROB_CHUNK * shape.vocab  # one chunk's logits, their exp and gradient
     return Plan(weights, optimizer, activations, logits, checkpointing)
+
+
+def decision_plan(shape: ModelShape, prompts: int, prompt_tokens: int, answers: int, answer_tokens: int,
+                  lora_r: int, trained_layers: int) -> Plan:
+    """Peak of a decision path's pass (`grpo.py`): `prompts` prompts of `prompt_tokens`, each with `answers`
+    answers of `answer_tokens`. The prompt runs once and its KV cache is repeated per answer (kept for the
+    backward pass), so the cache and the answers' vocabulary logits grow with `answers`, not the prompt pass."""
+    tokens = prompts * (prompt_tokens + answers * answer_tokens)
+    step = plan(shape, tokens, lora_r, trained_layers, False)
+    kv = shape.hidden * shape.kv_heads // shape.heads
+    repeated_cache = 2 * 4 * 2 * kv * shape.layers * prompts * answers * (prompt_tokens + answer_tokens)
+    logits = 4 * 3 * prompts * answers * answer_tokens * shape.vocab  # logits, their log-softmax and gradient
+    return Plan(step.weights, step.optimizer, step.activations + repeated_cache, logits, False)
+
+
+def cached_plan(shape: ModelShape, items: int, mean_tokens: float, longest: int, micro_batch: int, lora_r: int,
+                trained_layers: int) -> Plan:
+    """Peak of the menu objective (`cached.py`): every item's frozen states in bf16 (kept for reuse), and a pass
+    of the trained blocks over `micro_batch` items of `longest` tokens (its logits are the menu's tokens only)."""
+    step = plan(shape, micro_batch * longest, lora_r, trained_layers, False)
+    states = int(2 * shape.hidden * mean_tokens * items)
+    return Plan(step.weights, step.optimizer, step.activations, 0, False, states)
 
 
 def choose(shape: ModelShape, tokens: int, lora_r: int, trained_layers: int, reference_copy: bool,
@@ -128,14 +151,17 @@ def headroom() -> tuple[int, str]:
     return min(bounds)
 
 
-def check(step: Plan, what: str) -> None:
-    """Refuse, in one line, a plan whose peak exceeds what this process can still get."""
+LOGGED_REMEDY = "lower --micro-batch (tokens per pass) or --max-length (tokens per chunk)"
+
+
+def check(step: Plan, what: str, remedy: str = LOGGED_REMEDY) -> None:
+    """Refuse, in one line, a plan whose peak exceeds what this process can still get; `remedy` says which options lower it."""
     room, bound = headroom()
     needed = step.total - _status()["VmRSS"]
     if needed > room:
         raise ResourceError(
             f"{what} needs about {step.total / GB:.1f} GB at its peak but {bound} leaves {max(room, 0) / GB:.1f} GB more: "
-            "lower --micro-batch (tokens per pass) or --max-length (tokens per chunk), or free memory")
+            f"{remedy}, or free memory")
 
 
 def bound_allocator() -> None:

@@ -12,6 +12,10 @@ SMALL_MODEL_PARAMETERS = 5_000_000  # below this one CPU thread is faster than s
 LOGPROB_CHUNK = 256  # answer positions projected onto the vocabulary at a time (answer_logprobs)
 
 
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+
+
 def resolve_base_model(home: Home, value: str) -> str:
     """A directory path (or one inside the home), a name in HOME/models, else the hub id (checked to be loadable)."""
     for candidate in (Path(value).expanduser(), home.root / value, home.models / value):
@@ -21,7 +25,7 @@ def resolve_base_model(home: Home, value: str) -> str:
         raise ConfigError(f"{value} has no config.json: it is not a Hugging Face model directory")
     from transformers import AutoConfig
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    offline = _offline()
     try:
         AutoConfig.from_pretrained(value, local_files_only=offline)
     except (OSError, ValueError):
@@ -51,17 +55,24 @@ def resolve_device(value: str = "auto") -> str:
     return value
 
 
+def load_tokenizer(path: str):
+    """The model's tokenizer alone (cheap: a trainer sizes its passes with it before the weights load)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=_offline())
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_causal_lm(path: str, device: str = "cpu"):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own rich progress bar is the one to watch
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=offline, dtype=torch.float32).to(device)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=_offline(), dtype=torch.float32).to(device)
     set_threads(model)
     return model, tokenizer
 
