@@ -285,7 +285,6 @@ class MenuTrainer(Checkpoints):
             memory.check(self.plan, f"the menu objective on {Path(base_model).name}",
                          "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
         memory.bound_allocator()
-        self.base_model = base_model
         self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
         self._rng = np.random.default_rng(options.seed)
         torch.manual_seed(options.seed)
@@ -306,6 +305,7 @@ class MenuTrainer(Checkpoints):
 
         o = self.options
         tokenizer = load_tokenizer(self.base_model)
+
         def tokens(task: Task) -> int:
             return len(pack(tokenizer, task.request, menu(task, o.shares)))
 
