@@ -24,6 +24,8 @@ from pathlib import Path
 
 from sqlmesh.core.config import Config, GatewayConfig
 
+from babylon_rl.settings import Home  # SQLMesh loads this file with the project root on sys.path
+
 HOME = os.environ.get("BABYLON_RL_HOME") or str(Path(__file__).resolve().parent / ".babylon")
 os.makedirs(HOME, exist_ok=True)  # as cli.py does: DuckDB creates its files, not their directory
 
@@ -131,11 +133,16 @@ config = Config.model_validate({
     # of a year cost a plan little. It computes nothing past the last run's tick: the window in
     # play waits for the build after its hour. Rows that arrive later in a built window are
     # computed again: `snapshot` and `simulate --target duckdb` mark their windows as not
-    # computed in prod's state (babylon_rl/build.py, forget_dirty_windows), and the next
+    # computed in prod's state (babylon_rl/build.py, after_new_rows), and the next
     # `sqlmesh run` or `cli.py build` computes them.
+    # The models start at the game's first day (HOME/data_start, written by snapshot, simulate and
+    # build; 2024-01-01 before any data): a first bare `sqlmesh plan` computes the game's hours,
+    # not every empty hour since 2024 (90 s for a 12-window game). `start` is metadata in SQLMesh:
+    # when older rows arrive and the day moves earlier, the next plan computes the new hours and
+    # keeps every table.
     "model_defaults": {
         "dialect": "duckdb,normalization_strategy=case_sensitive",
-        "start": "2024-01-01",
+        "start": Home(Path(HOME)).models_start(),
         "cron": "@hourly",
         "interval_unit": "hour",
         # SQLMesh's query optimizer runs on every model query of every batch (~0.05 s each; a

@@ -292,6 +292,20 @@ def _days_with_data(home: Home) -> tuple[datetime, datetime] | None:
     return first, datetime(newest.year, newest.month, newest.day) + timedelta(days=1)
 
 
+def record_data_start(home: Home, data_days: tuple[datetime, datetime] | None) -> None:
+    """Write the first day of the game's data to HOME/data_start (the models' start, config.py).
+
+    It only ever moves earlier: a day that moved later (a full snapshot of a game whose first
+    rows were deleted) would hide built windows from the plan for nothing.
+    """
+    if data_days is None:
+        return
+    first = data_days[0].date()
+    recorded = home.recorded_data_start()
+    if recorded is None or first < recorded:
+        atomic.write_text(home.data_start, f"{first.isoformat()}\n")
+
+
 def _windows_with_data(home: Home, start: datetime, end: datetime) -> int:
     """How many windows in [start, end) hold a trajectory (the window each trajectory is counted in)."""
     conn = warehouse.connect(home, read_only=True)
@@ -305,8 +319,8 @@ def _windows_with_data(home: Home, start: datetime, end: datetime) -> int:
         conn.close()
 
 
-def apply_models(context, home: Home, dirty: list[datetime], window_hours: int = 1,
-                 recorded: dict[str, tuple[str, str]] | None = None) -> ProdUpdate:
+def apply_models(context, home: Home, dirty: list[datetime], data_days: tuple[datetime, datetime] | None,
+                 window_hours: int = 1, recorded: dict[str, tuple[str, str]] | None = None) -> ProdUpdate:
     """Apply the models to prod, computing only windows that have data, then recompute the dirty ones.
 
     SQLMesh would backfill every interval from the models' configured start, batch by
@@ -319,7 +333,6 @@ def apply_models(context, home: Home, dirty: list[datetime], window_hours: int =
     """
     from sqlmesh.utils.errors import SQLMeshError
 
-    data_days = _days_with_data(home)
     context.console.failures.clear()
     try:
         update = plan_prod(context, dirty, window_hours, data_days, recorded)
@@ -414,22 +427,24 @@ def _hours(windows: list[datetime], window_hours: int) -> list[tuple[datetime, d
     return [(window, window + timedelta(hours=window_hours)) for window in windows]
 
 
-def forget_dirty_windows(home: Home, marked_since: datetime) -> None:
-    """Mark the windows made dirty since `marked_since` as not computed in prod's SQLMesh state.
+def after_new_rows(home: Home, marked_since: datetime) -> None:
+    """Run after `snapshot` and `simulate --target duckdb`, so that bare `sqlmesh plan` and `run`
+    see the new rows as `cli.py build` does: record the data's first day (record_data_start), and
+    mark the windows made dirty since `marked_since` as not computed in prod's SQLMesh state.
 
-    Run after `snapshot` and `simulate --target duckdb`, so that a bare `sqlmesh run` computes
-    late rows' windows again, as `cli.py build` does (it forgets them itself before its run and
-    clears them from meta.dirty_windows after). Only the windows this command marked: those of
+    `cli.py build` forgets dirty windows itself before its run and clears them from
+    meta.dirty_windows after. Only the windows this command marked are forgotten: those of
     earlier commands were forgotten then, and may have been computed by a bare run since.
     "Everything" (a full snapshot) forgets every day with data.
     """
+    data_days = _days_with_data(home)
+    record_data_start(home, data_days)
     dirty = _read_dirty(home, marked_since)
     if not dirty or not home.sqlmesh_state.exists():
         return  # nothing was ever planned: the first plan computes every window
     from sqlmesh import Context
 
     if EPOCH in dirty:
-        data_days = _days_with_data(home)
         intervals = [data_days] if data_days else []
     else:
         intervals = _hours(dirty, 1)
@@ -498,11 +513,13 @@ def build_on_spark(home: Home, full: bool = False, on_progress: OnProgress = _no
         last = json.loads(record.read_text()) if record.exists() else {"begun": None, "versions": {}}
         changed = [EPOCH] if full else _windows_in_lake_days_written_since(home, last["begun"])
         recorded = {name: tuple(version) for name, version in last["versions"].items()}
+        data_days = _days_with_data(home)
+        record_data_start(home, data_days)
         on_progress("starting Spark and loading the SQLMesh project", 0, None)
         context = _spark_context(home)
         context.console.on_progress = on_progress
         try:
-            update = plan_prod(context, changed, 1, _days_with_data(home), recorded)
+            update = plan_prod(context, changed, 1, data_days, recorded)
         except SQLMeshError as exc:
             raise WarehouseError(
                 f"the SQLMesh build on Spark failed ({describe_failures(context) or exc}); fix the model, or run "
@@ -644,12 +661,14 @@ class Builder:
         build_id, recorded = _start_build(self.home)
         try:
             with _interrupts_noted() as interrupted, _publishing_at_the_end(build_id):
+                data_days = _days_with_data(self.home)
+                record_data_start(self.home, data_days)  # before the project loads: it is the models' start
                 on_progress("loading the SQLMesh project", 0, None)
                 context = self._sqlmesh()
                 context.console.stop = interrupted
                 context.console.on_progress = on_progress
                 on_progress("planning", 0, None)
-                update = apply_models(context, self.home, dirty, recorded=recorded)
+                update = apply_models(context, self.home, dirty, data_days, recorded=recorded)
                 pending_windows = _clear_dirty(self.home, marked_before, update.built_until, update.versions)
                 on_progress("publishing the exports", 0, None)
                 publish_marts(self.home)
@@ -663,20 +682,23 @@ class Builder:
             raise
 
     def _sqlmesh(self):
-        files = _project_files()
+        files = _project_files(self.home)
         if self._context is None or files != self._loaded_files:
             self._context = sqlmesh_context(self.home)
             self._loaded_files = files
         return self._context
 
 
-def _project_files() -> dict[str, int]:
-    """Every file of the SQLMesh project and its modification time: a file changed, added or
-    removed since the project was loaded changes the result."""
+def _project_files(home: Home) -> dict[str, int]:
+    """Every file of the SQLMesh project, and the home's data_start (the models' start), with its
+    modification time: a file changed, added or removed since the project was loaded changes the result."""
     files = [PROJECT_ROOT / name for name in ("config.py", "external_models.yaml")]
     for folder in ("models", "macros", "audits"):
         files += (PROJECT_ROOT / folder).rglob("*")
-    return {str(f): f.stat().st_mtime_ns for f in files if f.suffix in (".sql", ".py", ".yaml") and f.is_file()}
+    project = {str(f): f.stat().st_mtime_ns for f in files if f.suffix in (".sql", ".py", ".yaml") and f.is_file()}
+    if home.data_start.exists():
+        project[str(home.data_start)] = home.data_start.stat().st_mtime_ns
+    return project
 
 
 def run_build(home: Home, database_url: str | None, wait_seconds: float = 0, full_snapshot: bool = False,

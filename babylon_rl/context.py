@@ -75,7 +75,7 @@ class BabylonContext:
             started = build.utcnow()
             with self.console.status(f"copying {mask_url(url)} into {self.home.warehouse}"):
                 result = snapshot.run_snapshot(self.home, url, full=full)
-                build.forget_dirty_windows(self.home, marked_since=started)
+                build.after_new_rows(self.home, marked_since=started)
             self.console.snapshot_done(result)
         if format == "parquet":
             with self.console.status(f"writing the lake {self.home.lake}"):
@@ -184,7 +184,7 @@ class BabylonContext:
         finally:
             sink.close()
         if target == "duckdb":
-            build.forget_dirty_windows(self.home, marked_since=started)
+            build.after_new_rows(self.home, marked_since=started)
         self.console.simulation_summary(summary, where)
         return summary
 

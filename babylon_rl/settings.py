@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,6 +27,10 @@ DATABASE_URL_ENV = "DATABASE_URL"
 # The checkout holding config.py, models/ and migrations/ (the SQLMesh project).
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = PROJECT_ROOT / ".babylon"
+
+# Where the models start while no game data has been seen (config.py): a fresh plan walks every
+# hour from here, so once data is there they start at its first day instead (Home.data_start).
+MODELS_START_WITHOUT_DATA = date(2024, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,27 @@ class Home:
     @property
     def build_lock(self) -> Path:
         return self.root / "build.lock"
+
+    @property
+    def data_start(self) -> Path:
+        """The first day of the game's data, as `snapshot`, `simulate` and `build` last found it
+        (build.record_data_start): the models' start in config.py."""
+        return self.root / "data_start"
+
+    def recorded_data_start(self) -> date | None:
+        try:
+            text = self.data_start.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        try:
+            return date.fromisoformat(text)
+        except ValueError:
+            raise ConfigError(f"{self.data_start} holds {text[:40]!r}, not a day like 2026-11-20: delete it, "
+                              "then run `cli.py build` (it writes the file again from the warehouse)") from None
+
+    def models_start(self) -> str:
+        """The day the SQLMesh models start at (config.py): the game's first day, else MODELS_START_WITHOUT_DATA."""
+        return (self.recorded_data_start() or MODELS_START_WITHOUT_DATA).isoformat()
 
     def ensure(self) -> "Home":
         try:

@@ -26,6 +26,7 @@ both incremental seconds and their ratio to the full build, and the peak RSS of 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -44,21 +45,24 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(home: Path, *args: str, cli: Path = ROOT / "cli.py") -> tuple[float, int, str]:
-    """Run `cli.py --home HOME ARGS` (this project's, or `cli`) under /usr/bin/time -v: (wall seconds, peak RSS in MB, stdout)."""
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """`command` from the repository root under /usr/bin/time -v: (wall seconds, peak RSS in MB, stdout)."""
     began = time.perf_counter()
-    proc = subprocess.run(
-        ["/usr/bin/time", "-v", sys.executable, str(cli), "--home", str(home), *args],
-        cwd=ROOT, capture_output=True, text=True,
-    )
+    proc = subprocess.run(["/usr/bin/time", "-v", *command], cwd=ROOT, capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env})
     seconds = time.perf_counter() - began
     if proc.returncode != 0:
-        # the CLI's one-line error comes before /usr/bin/time's report on stderr
+        # the command's own error comes before /usr/bin/time's report on stderr
         report_start = proc.stderr.find("\tCommand being timed")
         error = proc.stderr[:report_start] if report_start >= 0 else proc.stderr
-        raise click.ClickException(f"cli.py {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{error[-2000:]}")
+        raise click.ClickException(f"{' '.join(command)} failed:\n{proc.stdout[-2000:]}\n{error[-2000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1)) // 1024
     return seconds, rss, proc.stdout
+
+
+def run_cli(home: Path, *args: str, cli: Path = ROOT / "cli.py") -> tuple[float, int, str]:
+    """Run `cli.py --home HOME ARGS` (this project's, or `cli`) under /usr/bin/time -v: (wall seconds, peak RSS in MB, stdout)."""
+    return timed([sys.executable, str(cli), "--home", str(home), *args])
 
 
 def _warehouse_value(home: Path, sql: str):

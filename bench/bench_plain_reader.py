@@ -1,6 +1,7 @@
 """Plain reader vs pipeline: what `snapshot` + `build` + `dataset build` cost next to reading the game database directly.
 
     python bench/bench_plain_reader.py --agents 50 --windows 2000      # 100k trajectories
+    python bench/bench_plain_reader.py --agents 50 --windows 6000      # 300k (~18 GB in PostgreSQL; 1M does not fit the disk)
     python bench/bench_plain_reader.py --agents 50 --windows 200       # 10k, a quick check
 
 One run, on one fresh PostgreSQL database made by the project's migrations (the game's Prisma
@@ -22,7 +23,11 @@ own under /usr/bin/time -v (wall seconds and peak RSS):
    `cli.py build --every` (SQLMesh imported and the project loaded before the window arrives).
 5. **a changed mart**: `agent_window_pnl.sql` edited in a copy of the project, then `cli.py build`
    of that copy on the same home: SQLMesh recomputes that mart and the marts that read it.
-6. **the parse's floor**: one pass of DuckDB's JSON parser over every stepsJson in the warehouse
+6. **bare `sqlmesh plan` on a fresh home** (the design card's first command) against `cli.py build`
+   on another, each after the same small simulated game (`--target duckdb`, 12 windows of 8
+   agents, the last the one in play): `sqlmesh -p . plan --auto-apply --no-prompts` computes every
+   hour from the models' start, the game's first day (HOME/data_start). Also alone: `bench_plain_reader.py bare-plan`.
+7. **the parse's floor**: one pass of DuckDB's JSON parser over every stepsJson in the warehouse
    (the calls' structure, as staging.llm_calls reads it), on one thread as DuckDB scans a table
    under 122,880 rows, and split into two scans that run side by side: with COPY, the least any
    pipeline that copies the game and then parses it can cost.
@@ -47,7 +52,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_build import ROOT, fresh_database, history_start, run_cli, stamp_game_time, warm_incremental  # noqa: E402
+from bench.bench_build import ROOT, fresh_database, history_start, run_cli, stamp_game_time, timed, warm_incremental  # noqa: E402
 
 PROJECT_FILES = ("cli.py", "config.py", "external_models.yaml", "babylon_rl", "models", "macros", "audits")
 MART_EDIT = ("wins::INT AS wins", "(wins * 1)::INT AS wins")  # a real change of agent_window_pnl's query, same figures
@@ -153,6 +158,22 @@ def _line(label: str, seconds: float, rss: int, note: str = "") -> None:
     click.echo(f"{label:<34} {seconds:8.1f} s  peak RSS {rss:>6,} MB  {note}")
 
 
+def bare_plan(root: Path, agents: int = 8, windows: int = 12) -> None:
+    """Bare `sqlmesh plan` on a fresh home against `cli.py build` on another, the same simulated game in both."""
+    homes = {"sqlmesh plan": root / "bare-plan", "cli.py build": root / "cli-build"}
+    game = ["simulate", "--target", "duckdb", "--agents", str(agents), "--windows", str(windows), "--seed", "3",
+            *history_start(windows - 3)]  # its last window is the one in play
+    for home in homes.values():
+        shutil.rmtree(home, ignore_errors=True)
+        run_cli(home, *game)
+    sqlmesh = str(Path(sys.executable).parent / "sqlmesh")
+    plan_s, plan_rss, _ = timed([sqlmesh, "-p", str(ROOT), "plan", "--auto-apply", "--no-prompts"],
+                                env={"BABYLON_RL_HOME": str(homes["sqlmesh plan"])})
+    build_s, build_rss, _ = run_cli(homes["cli.py build"], "build")
+    _line(f"fresh home, {windows} windows x {agents} agents: cli.py build", build_s, build_rss)
+    _line("  the same: bare sqlmesh plan", plan_s, plan_rss, f"{plan_s / build_s:.2f}x cli.py build")
+
+
 def _bench(url: str, home: Path, agents: int, windows: int, new_agents: int) -> None:
     source = ["--database-url", url]
     run_cli(home, *source, "db", "migrate")
@@ -184,6 +205,7 @@ def _bench(url: str, home: Path, agents: int, windows: int, new_agents: int) -> 
                                 "--min-actions", "0", "--min-agents", "2")
     _line("  a dataset of every window instead", all_s, all_rss,
           f"pipeline {(snap_s + build_s + all_s) / read_s:.2f}x the plain read")
+    bare_plan(home.parent / f"{home.name}-bare")
     _, _, floor = _timed_self("floor", str(home / "warehouse.duckdb"))
     click.echo(f"{'floor: one parse of every stepsJson':<34} {floor['one_scan']:8.1f} s  {floor['bytes'] / 1e9:.2f} GB, "
                f"{floor['bytes'] / 1e6 / floor['one_scan']:,.0f} MB/s on one thread; {floor['two_scans']:.1f} s in two scans side by side")
@@ -230,6 +252,14 @@ def main(ctx: click.Context, agents: int, windows: int, new_agents: int, admin_u
     shutil.rmtree(home_dir, ignore_errors=True)
     with fresh_database(admin_url) as url:
         _bench(url, home_dir, agents, windows, new_agents)
+
+
+@main.command("bare-plan")
+@click.option("--home", "root", type=click.Path(path_type=Path), default=Path("/tmp/brl-bench-plain-bare"), show_default=True,
+              help="Where the two fresh homes go.")
+def bare_plan_command(root: Path) -> None:
+    """Only the bare `sqlmesh plan` against `cli.py build` on a fresh home (step 6)."""
+    bare_plan(root)
 
 
 @main.command("read", hidden=True)

@@ -3,8 +3,8 @@
 Two homes get the same simulated history, whose last window is the one in play. One is built
 only by the `sqlmesh` command, run with `-p` from another directory and a home relative to it;
 the other by `cli.py build`. Then both get late rows in an already-built window. After each
-step every mart and every Parquet export must be equal. The first bare plan computes every
-hour since the models' start (2024-01-01): ~3 minutes of this module.
+step every mart and every Parquet export must be equal. Then rows older than the game's first
+day arrive: the models' start moves (HOME/data_start) and the next plan builds them.
 """
 
 from __future__ import annotations
@@ -118,6 +118,20 @@ def test_late_rows_in_a_built_window_are_picked_up_by_a_bare_run(homes: Homes) -
     bare, toolkit = _marts(homes.bare), _marts(homes.toolkit)
     after = {row[0]: row for row in bare["windows"]}[window_id]
     assert after[4] > before[4], "the late trajectories are in the window's row"  # windows.trajectories
+    assert bare == toolkit
+    assert _exports(homes.bare) == _exports(homes.toolkit)
+
+
+def test_rows_older_than_the_first_day_move_the_models_start_and_the_next_plan_builds_them(homes: Homes) -> None:
+    first_day = (_hour_now() - timedelta(hours=WINDOWS - 1)).date()
+    assert (homes.bare / "data_start").read_text().strip() == first_day.isoformat()
+    older = datetime.combine(first_day - timedelta(days=3), datetime.min.time()) + timedelta(hours=5)
+    for home in ("bare", str(homes.toolkit)):
+        _simulate(homes.cwd, home, older, 1, seed=91, agents=6)
+    assert (homes.bare / "data_start").read_text().strip() == older.date().isoformat()
+    homes.both("plan")  # the start is the models' metadata: a bare run keeps prod's, a plan takes the new one
+    bare, toolkit = _marts(homes.bare), _marts(homes.toolkit)
+    assert f"{older:%Y-%m-%dT%H:%M}" in {row[0] for row in bare["windows"]}, "the older window is built"
     assert bare == toolkit
     assert _exports(homes.bare) == _exports(homes.toolkit)
 

@@ -489,6 +489,37 @@ def test_a_builder_loads_the_project_again_when_a_file_changed(run_cli, home: Pa
     assert len(loads) == 2
 
 
+def test_a_builder_builds_rows_older_than_the_models_start(run_cli, home: Path, monkeypatch) -> None:
+    """The models start at the game's first day (HOME/data_start): older rows move it earlier, and a
+    resident builder loads the project again, with the new start, and computes their window."""
+    from babylon_rl import build
+    from babylon_rl.settings import Home
+
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
+    assert (home / "data_start").read_text() == "2025-01-15\n"
+    loads = _counting_project_loads(monkeypatch)
+    builder = build.Builder(Home.resolve(str(home)), None)
+    builder.build()
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-10T05:00", "--target", "duckdb").exit_code == 0
+    assert (home / "data_start").read_text() == "2025-01-10\n"
+    builder.build()
+
+    assert len(loads) == 2
+    assert _warehouse(home, "SELECT window_id FROM babylon.windows ORDER BY 1") == [("2025-01-10T05:00",), ("2025-01-15T00:00",)]
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-16T00:00", "--target", "duckdb").exit_code == 0
+    assert (home / "data_start").read_text() == "2025-01-10\n", "the start only moves earlier"
+
+
+def test_a_garbled_data_start_is_named_in_one_line(run_cli, home: Path) -> None:
+    assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
+    (home / "data_start").write_text("15/01/2025\n")
+    result = run_cli("build")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"Error: {home / 'data_start'} holds '15/01/2025', not a day like 2026-11-20: delete it, "
+        "then run `cli.py build` (it writes the file again from the warehouse)"]
+
+
 def test_build_every_runs_builds_until_told_to_stop(run_cli) -> None:
     assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
     result = run_cli("build", "--every", "0.001", "--builds", "2")
