@@ -521,6 +521,18 @@ def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stop
     assert all(torch.allclose(a, b) for a, b in zip(resumed.params, trainer.params))
 
 
+def test_the_menu_memory_plan_keeps_variants_of_train_decisions_and_one_state_per_validation_decision(small_llama):
+    """Validation is never renamed: its decisions hold one item's states each, train ones `variants` each."""
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+
+    tasks = [_menu_task(headline) for headline in ("ACME: Acme Corp beats earnings expectations",
+                                                   "BOLT: Bolt Motors recalls its trucks", "CRUX: Crux wins a contract")]
+    train, validation = tasks[:1], tasks[1:]
+    trainer = MenuTrainer(str(small_llama), MenuOptions(train_layers=1, variants=3))
+    as_one_naming = MenuTrainer(str(small_llama), MenuOptions(train_layers=1, variants=1)).memory_plan(tasks)
+    assert trainer.memory_plan(train, validation).cached * 3 == pytest.approx(as_one_naming.cached * (3 * 1 + 2), abs=10)
+
+
 def test_next_look_prices_a_decision_at_the_same_agents_next_decision_and_the_last_at_the_windows_end():
     from dataclasses import replace
 

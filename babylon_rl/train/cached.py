@@ -36,7 +36,7 @@ from babylon_rl.evaluate.prompts import TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, layout, pack
-from babylon_rl.train.grpo import Task
+from babylon_rl.train.grpo import Task, longest_prompts
 from babylon_rl.train.torch_backend import Checkpoints
 
 
@@ -271,16 +271,16 @@ class MenuTrainer(Checkpoints):
     task's items are made and their frozen states computed the first time it is seen, then reused.
     """
 
-    def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = ()) -> None:
-        """`tasks`: the decisions it will see; their frozen states and the largest pass are checked against free memory
-        before the weights load."""
+    def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = (), validation: list[Task] = ()) -> None:
+        """`tasks` and `validation`: the train and validation decisions it will see; their frozen states (train ones
+        under `variants` renamings each) and the largest pass are checked against free memory before the weights load."""
         import torch
 
         from babylon_rl.train.models import load_causal_lm, lora_model
 
         self.options = options
         self.base_model = base_model
-        self.plan = self.memory_plan(tasks) if tasks and options.device == "cpu" else None
+        self.plan = self.memory_plan(tasks, validation) if tasks and options.device == "cpu" else None
         if self.plan:
             memory.check(self.plan, f"the menu objective on {Path(base_model).name}",
                          "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
@@ -297,8 +297,9 @@ class MenuTrainer(Checkpoints):
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
         self.steps = 0
 
-    def memory_plan(self, tasks: list[Task]) -> memory.Plan:
-        """The peak from the settings and the tasks (`memory.cached_plan`): packed lengths measured on an even sample."""
+    def memory_plan(self, tasks: list[Task], validation: list[Task] = ()) -> memory.Plan:
+        """The peak from the settings and the tasks (`memory.cached_plan`): packed lengths measured on an even sample;
+        train decisions keep `variants` items' states each, validation ones one (it is never renamed)."""
         from transformers import AutoConfig
 
         from babylon_rl.train.models import load_tokenizer
@@ -309,9 +310,11 @@ class MenuTrainer(Checkpoints):
         def tokens(task: Task) -> int:
             return len(pack(tokenizer, task.request, menu(task, o.shares)))
 
-        even = [tokens(t) for t in tasks[:: max(1, len(tasks) // LENGTH_SAMPLE)]]
-        longest = max(tokens(t) for t in sorted(tasks, key=lambda t: len(t.request.messages[-1]["content"]))[-8:])
-        return memory.cached_plan(memory.ModelShape.of(AutoConfig.from_pretrained(self.base_model)), len(tasks) * max(o.variants, 1),
+        seen = [*tasks, *validation]
+        even = [tokens(t) for t in seen[:: max(1, len(seen) // LENGTH_SAMPLE)]]
+        longest = max(tokens(t) for t in longest_prompts(seen, 8))
+        items = len(tasks) * max(o.variants, 1) + len(validation)
+        return memory.cached_plan(memory.ModelShape.of(AutoConfig.from_pretrained(self.base_model)), items,
                                   1.1 * float(np.mean(even)), max(longest, *even), o.micro_batch, o.lora_r, o.train_layers)
 
     def _logprobs(self, items: list[MenuItem]):

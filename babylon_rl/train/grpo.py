@@ -86,6 +86,11 @@ class Task:
         return candidates({self.window_id: self.truth})
 
 
+def longest_prompts(tasks: list[Task], count: int = LONGEST_SAMPLE) -> list[Task]:
+    """The `count` tasks with the longest prompts by characters: what a memory plan tokenises to find the longest pass."""
+    return sorted(tasks, key=lambda t: len(t.request.messages[-1]["content"]))[-count:]
+
+
 @dataclass
 class DecisionData:
     """The train and validation decisions of a dataset; the eval split is never opened here."""
@@ -259,7 +264,7 @@ class GrpoTrainer(Checkpoints):
 
         o = self.options
         tokenizer = load_tokenizer(self.base_model)
-        longest = sorted(tasks, key=lambda t: len(t.request.messages[-1]["content"]))[-LONGEST_SAMPLE:]
+        longest = longest_prompts(tasks)
         prompt_tokens = int(encode_prompts(tokenizer, [t.request for t in longest], "cpu").ids.shape[1])
         if o.objective == "grpo":
             answers, answer_tokens = o.samples, o.max_new_tokens

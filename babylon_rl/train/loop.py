@@ -95,8 +95,9 @@ class TrainResult:
         return self.steps - self.resumed_at
 
 
-def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: list, art_factory=None):
-    """The trainer for this config; a decision trainer sizes its memory by the decisions it will see (`scheduled`)."""
+def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None):
+    """The trainer for this config; a decision trainer sizes its memory by the train and validation decisions it
+    will see (`scheduled`)."""
     if config.objective == "menu":
         from babylon_rl.train.cached import MenuOptions, MenuTrainer
         from babylon_rl.train.models import resolve_device
@@ -106,7 +107,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: list, 
         return MenuTrainer(base_model, MenuOptions(
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
-            device=resolve_device(config.device)), seen)
+            device=resolve_device(config.device)), *seen)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
@@ -117,7 +118,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: list, 
             kl_coef=config.kl_coef, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
             device=resolve_device(config.device), reward_temperature=config.reward_temperature,
             objective=config.objective if config.objective in ("imitate", "counterfactual") else "grpo"),
-            seen)
+            [*seen[0], *seen[1]])
     if config.backend == "torch":
         from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
 
@@ -182,7 +183,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
 
     # model, and where a resumed run left off
-    trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps) if config.on_decisions else [],
+    trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps) if config.on_decisions else ([], []),
                            art_factory)
     if getattr(trainer, "plan", None):
         from babylon_rl.train.memory import headroom
@@ -242,10 +243,10 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
                        ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval, resumed_at)
 
 
-def scheduled(data, schedule: Schedule, total_steps: int) -> list:
+def scheduled(data, schedule: Schedule, total_steps: int) -> tuple[list, list]:
     """The train decisions the run's steps will hand the trainer, and the validation ones: what it holds at most."""
     used = sorted({i for step in range(total_steps) for i in schedule.batch(step)})
-    return [data.train[i] for i in used] + data.validation
+    return [data.train[i] for i in used], data.validation
 
 
 def _load_data(home: Home, config: TrainConfig):
