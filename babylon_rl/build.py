@@ -296,11 +296,13 @@ def record_data_start(home: Home, data_days: tuple[datetime, datetime] | None) -
     """Write the first day of the game's data to HOME/data_start (the models' start, config.py).
 
     It only ever moves earlier: a day that moved later (a full snapshot of a game whose first
-    rows were deleted) would hide built windows from the plan for nothing.
+    rows were deleted) would hide built windows from the plan for nothing. Nor is it ever later
+    than yesterday (UTC): SQLMesh refuses a start after the plan's end, and a game whose rows are
+    all stamped ahead of now would have one.
     """
     if data_days is None:
         return
-    first = data_days[0].date()
+    first = min(data_days[0], utcnow() - timedelta(days=1)).date()
     recorded = home.recorded_data_start()
     if recorded is None or first < recorded:
         atomic.write_text(home.data_start, f"{first.isoformat()}\n")
@@ -384,7 +386,8 @@ def plan_prod(context, dirty: list[datetime], window_hours: int, data_days: tupl
     versioned = {name for name, (_, version) in after.items() if was.get(name, ("", ""))[1] != version}
     incremental = _incremental_models(context)
     restate_models = [m for m in incremental if EPOCH in due or m in versioned]
-    whole_history = data_days is not None and bool(restate_models)
+    # (a game whose rows all lie ahead of the horizon has nothing due: SQLMesh computes it as its hours end)
+    whole_history = data_days is not None and bool(restate_models) and data_days[0] < horizon
     changed_only = whole_history and restate_models != incremental
     if whole_history:
         restate = (data_days[0], min(data_days[1], horizon))

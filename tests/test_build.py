@@ -510,6 +510,21 @@ def test_a_builder_builds_rows_older_than_the_models_start(run_cli, home: Path, 
     assert (home / "data_start").read_text() == "2025-01-10\n", "the start only moves earlier"
 
 
+def test_a_game_stamped_ahead_of_now_builds_and_waits_for_its_hours(run_cli, home: Path) -> None:
+    """Rows stamped in the future: the models start no later than yesterday (SQLMesh refuses a start after the
+    plan's end), and the first build computes nothing yet instead of failing."""
+    from datetime import datetime, timedelta, timezone
+
+    today = datetime.now(timezone.utc).replace(tzinfo=None)
+    ahead = (today + timedelta(days=2)).strftime("%Y-%m-%dT00:00")
+    assert run_cli("simulate", "--agents", "3", "--windows", "2", "--start", ahead, "--target", "duckdb").exit_code == 0
+    assert (home / "data_start").read_text() <= f"{today - timedelta(days=1):%Y-%m-%d}\n"
+    result = run_cli("build")
+    assert result.exit_code == 0, result.output
+    assert "2 changed window(s) start at or after" in result.output
+    assert _warehouse(home, "SELECT count(*) FROM babylon.windows") == [(0,)]
+
+
 def test_a_garbled_data_start_is_named_in_one_line(run_cli, home: Path) -> None:
     assert run_cli("simulate", "--agents", "3", "--windows", "1", "--start", "2025-01-15T00:00", "--target", "duckdb").exit_code == 0
     (home / "data_start").write_text("15/01/2025\n")
