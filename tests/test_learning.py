@@ -437,14 +437,32 @@ def _reference_menu_logprobs(model, tokenizer, item):
     return torch.stack(rows)[None]
 
 
+def test_a_bf16_bottom_runs_on_a_copy_and_gives_the_float32_states_within_bf16_precision(small_llama: Path):
+    import torch
+
+    from babylon_rl.train.cached import menu
+    from babylon_rl.train.frozen import SplitModel, layout, pack
+    from babylon_rl.train.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(str(small_llama), "cpu")
+    task = _menu_task("ACME: Acme Corp beats earnings expectations")
+    ids, positions, mask = layout([pack(tokenizer, task.request, menu(task, 50))], "cpu")
+    exact = SplitModel(model, 1).bottom(ids, positions, mask)
+    fast = SplitModel(model, 1, torch.bfloat16).bottom(ids, positions, mask)
+    assert fast.dtype == torch.bfloat16 and exact.dtype == torch.float32
+    assert float((fast.float() - exact).norm() / exact.norm()) < 2e-2
+    assert {p.dtype for p in model.parameters()} == {torch.float32}, "the model a merged checkpoint is saved from is untouched"
+
+
 @pytest.mark.parametrize("store_bf16", [False, True])
 def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2: Path, store_bf16: bool):
-    """The frozen blocks' output computed once (bf16 as the trainer keeps it, or float32) and the top blocks run from it give
-    the loss and LoRA gradients of whole-model passes over each prompt + answer: the cache changes the cost, not the objective."""
+    """The frozen blocks' output computed once (as the trainer does: kept in bf16, computed in bf16 where that is native;
+    or computed and kept in float32) and the top blocks run from it give the loss and LoRA gradients of whole-model passes
+    over each prompt + answer: the cache changes the cost, not the objective. The model's own weights stay float32."""
     import torch
 
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
-    from babylon_rl.train.frozen import layout
+    from babylon_rl.train.frozen import SplitModel, layout
 
     options = MenuOptions(train_layers=2, seed=3)
     trainer = MenuTrainer(str(smollm2), options)
@@ -457,7 +475,8 @@ def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2:
     cache_states(trainer.split, items, 1, "cpu")
     if not store_bf16:
         ids, positions, mask = layout([item.packed], "cpu")
-        item.states = trainer.split.bottom(ids, positions, mask)[0]
+        item.states = SplitModel(trainer.model, options.train_layers).bottom(ids, positions, mask)[0]
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
     target = torch.softmax(torch.tensor(item.rewards) / 0.3, 0)[None]
 
     def loss_and_grads(logp):

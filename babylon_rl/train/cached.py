@@ -35,7 +35,7 @@ from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.prompts import TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
-from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, layout, pack
+from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack
 from babylon_rl.train.grpo import Task, longest_prompts
 from babylon_rl.train.torch_backend import Checkpoints
 
@@ -232,7 +232,8 @@ class MenuRanker:
         lowest = min((lowest_adapted_layer(a) for a in adapters), default=layers - MenuOptions.train_layers)
         self.train_layers = layers - lowest
         self.options = MenuOptions(shares=shares, train_layers=self.train_layers, device=device)
-        self.split = SplitModel(self.model, self.train_layers)
+        self.bottom_dtype = bottom_dtype(device)
+        self.split = SplitModel(self.model, self.train_layers, self.bottom_dtype)
         self.items: list[MenuItem] = []
 
     def prepare(self, tasks: list[Task], on_done: Callable[[int], None] = lambda n: None) -> None:
@@ -255,7 +256,7 @@ class MenuRanker:
             return [item.answers[i] for item, i in zip(self.items, chosen)]
         finally:
             self.model = adapted.unload()  # the base back, without the adapter's layers
-            self.split = SplitModel(self.model, self.train_layers)
+            self.split = SplitModel(self.model, self.train_layers, self.bottom_dtype)
 
 
 def lowest_adapted_layer(adapter: Path) -> int:
@@ -291,7 +292,7 @@ class MenuTrainer(Checkpoints):
         base, self.tokenizer = load_causal_lm(base_model, options.device)
         self.model = lora_model(base, options.lora_r, options.train_layers)
         self.model.eval()
-        self.split = SplitModel(self.model, options.train_layers)
+        self.split = SplitModel(self.model, options.train_layers, bottom_dtype(options.device))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.averaged = [p.detach().clone() for p in self.params]
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
@@ -315,7 +316,8 @@ class MenuTrainer(Checkpoints):
         longest = max(tokens(t) for t in longest_prompts(seen, 8))
         items = len(tasks) * max(o.variants, 1) + len(validation)
         return memory.cached_plan(memory.ModelShape.of(AutoConfig.from_pretrained(self.base_model)), items,
-                                  1.1 * float(np.mean(even)), max(longest, *even), o.micro_batch, o.lora_r, o.train_layers)
+                                  1.1 * float(np.mean(even)), max(longest, *even), o.micro_batch, o.lora_r, o.train_layers,
+                                  bf16_bottom=bottom_dtype(o.device) is not None)
 
     def _logprobs(self, items: list[MenuItem]):
         return menu_logprobs(self.split, items, self.options.device)

@@ -100,12 +100,16 @@ def decision_plan(shape: ModelShape, prompts: int, prompt_tokens: int, answers: 
 
 
 def cached_plan(shape: ModelShape, items: int, mean_tokens: float, longest: int, micro_batch: int, lora_r: int,
-                trained_layers: int) -> Plan:
+                trained_layers: int, bf16_bottom: bool = False) -> Plan:
     """Peak of the menu objective (`cached.py`): every item's frozen states in bf16 (kept for reuse), and a pass
-    of the trained blocks over `micro_batch` items of `longest` tokens (its logits are the menu's tokens only)."""
+    of the trained blocks over `micro_batch` items of `longest` tokens (its logits are the menu's tokens only).
+    `bf16_bottom`: the frozen blocks and the embeddings also run from a bf16 copy (frozen.SplitModel)."""
     step = plan(shape, micro_batch * longest, lora_r, trained_layers, False)
     states = int(2 * shape.hidden * mean_tokens * items)
-    return Plan(step.weights, step.optimizer, step.activations, 0, False, states)
+    embeddings = shape.vocab * shape.hidden
+    per_layer = (shape.parameters - embeddings) / shape.layers
+    bottom_copy = int(2 * (embeddings + per_layer * (shape.layers - trained_layers))) if bf16_bottom else 0
+    return Plan(step.weights + bottom_copy, step.optimizer, step.activations, 0, False, states)
 
 
 def choose(shape: ModelShape, tokens: int, lora_r: int, trained_layers: int, reference_copy: bool,
