@@ -110,7 +110,7 @@ def layout(packs: list[Packed], device: str):
 def bottom_dtype(device: str):
     """torch.bfloat16 where bf16 matmuls are native (a GPU that has them; a CPU with AVX512-BF16 or AMX), else None
     (float32). The frozen blocks then run in bf16: their output is kept in bf16 anyway, and on an AMD EPYC with
-    AVX512-BF16 a SmolLM2 forward took 0.77 s an item against 1.5 in float32 (docs/TRAINING.md)."""
+    AVX512-BF16 they took 0.29-0.30 s a decision against 0.54 s in float32 (docs/TRAINING.md)."""
     import torch
 
     if device.startswith("cuda"):
