@@ -166,24 +166,36 @@ def objective_signal(home: Home, dataset: str, shares: int, renamed: bool, tempe
         wanted = {"action": "buy" if news[1] == "BULLISH" else "sell", "ticker": news[0], "shares": shares}
         return next((j for j, a in enumerate(answers) if a == wanted), None)
 
-    def gains(tasks: list[Task], targets: np.ndarray, tilt: float) -> np.ndarray:
+    def gains(tasks: list[Task], targets: np.ndarray, tilt: float, first: np.ndarray | None = None) -> np.ndarray:
+        """Per decision; with `first` (answers x first choices, 0/1), the part of the gain the answer's first choice takes."""
         out = np.zeros(len(tasks))
         for i, task in enumerate(tasks):
             column = rule_column(task)
             if column is not None:
                 tilted = (1 - tilt) * marginal
                 tilted[column] += tilt
-                out[i] = float(targets[i] @ (np.log(tilted) - np.log(marginal)))
+                if first is None:
+                    out[i] = float(targets[i] @ (np.log(tilted) - np.log(marginal)))
+                else:
+                    out[i] = float((targets[i] @ first) @ (np.log(tilted @ first) - np.log(marginal @ first)))
         return out
 
     tilt = max(np.linspace(0.0, 0.9, 19), key=lambda t: gains(data.train, train_targets, t).mean())
     gain = gains(data.validation, validation_targets, tilt)
+    # The same gain, split by the answer's first choice: direction first (hold / buy / sell, what the menu's token tree
+    # asks first) or ticker first (hold / which stock). The joint is the same, so the totals are; what differs is
+    # how much of the reading the first token must do.
+    direction_first = np.array([[a["action"] == d for d in ("hold", "buy", "sell")] for a in answers], dtype=float)
+    tickers = sorted({a.get("ticker") for a in answers if a.get("ticker")})
+    ticker_first = np.array([[a.get("ticker", "hold") == k for k in ("hold", *tickers)] for a in answers], dtype=float)
     windows = sorted({t.window_id for t in data.validation})
     per_window = np.array([gain[[i for i, t in enumerate(data.validation) if t.window_id == w]].mean() for w in windows])
     decisions_per_window = len(gain) / len(windows)
     needed = (2 * per_window.std() / gain.mean()) ** 2 * decisions_per_window if gain.mean() > 0 else float("inf")
     return {"tilt": float(tilt), "gain_per_decision": float(gain.mean()), "window_std": float(per_window.std()),
-            "windows": len(windows), "needed": float(needed)}
+            "windows": len(windows), "needed": float(needed),
+            "direction_first": float(gains(data.validation, validation_targets, tilt, direction_first).mean()),
+            "ticker_first": float(gains(data.validation, validation_targets, tilt, ticker_first).mean())}
 
 
 def main() -> None:
@@ -197,12 +209,14 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.objectives:
-        print("| objective | tilt | reading's gain over the marginal (nats / validation decision) | its spread over windows (std) | decisions needed |\n|---|---:|---:|---:|---:|")
+        print("| objective | tilt | reading's gain over the marginal (nats / validation decision) | its spread over windows (std) | decisions needed "
+              "| of it at the first choice, direction first | ticker first |\n|---|---:|---:|---:|---:|---:|---:|")
         for shares, renamed, horizon in ((10, False, "window-end"), (50, False, "window-end"), (10, True, "window-end"),
                                          (50, True, "window-end"), (50, True, "next-look")):
             row = objective_signal(Home.resolve(args.home), args.dataset, shares, renamed, args.reward_temperature, horizon)
             print(f"| {shares} shares{', renamed tickers' if renamed else ''}, to the {horizon} | {row['tilt']:.2f} | {row['gain_per_decision']:+.4f} | "
-                  f"{row['window_std']:.4f} ({row['windows']} windows) | {row['needed']:,.0f} |")
+                  f"{row['window_std']:.4f} ({row['windows']} windows) | {row['needed']:,.0f} | {row['direction_first']:+.4f} | "
+                  f"{row['ticker_first']:+.4f} |")
         return
 
     table = signal_table(Home.resolve(args.home), args.dataset, [int(s) for s in args.sizes.split(",")], args.seeds,

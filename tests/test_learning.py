@@ -379,6 +379,8 @@ def test_the_quickstarts_eval_design_recognises_a_news_reader(home: Path, run_cl
     # under the menu objective's own loss, reading the headline gains over the marginal only where there is news
     objective = _bench_signal().objective_signal(Home(home), params.name, shares=50, renamed=True)
     assert objective["gain_per_decision"] > 0.03 if recognised else objective["gain_per_decision"] == 0.0, objective
+    if not recognised:  # nothing to read: no part of the gain at either first choice either
+        assert objective["direction_first"] == objective["ticker_first"] == 0.0, objective
 
 
 def _bench_signal():
