@@ -17,6 +17,7 @@ whole model).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, DecisionPrompt
@@ -107,6 +108,7 @@ def layout(packs: list[Packed], device: str):
     return ids.to(device), positions.to(device), mask.to(device)
 
 
+@cache  # /proc/cpuinfo is read once a process, not by every trainer, plan and ranker
 def bottom_dtype(device: str):
     """torch.bfloat16 where bf16 matmuls are native (a GPU that has them; a CPU with AVX512-BF16 or AMX), else None
     (float32). The frozen blocks then run in bf16: their output is kept in bf16 anyway, and on an AMD EPYC with
