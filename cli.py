@@ -452,13 +452,15 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu"]), default="grpo", show_default=True,
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate"]), default="grpo",
+              show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
                    "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline; "
                    "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
                    "the policy fitted to softmax(reward / --reward-temperature) over them; menu = the same target with "
-                   "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md).")
+                   "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md); "
+                   "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline.")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
 @click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")

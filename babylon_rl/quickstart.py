@@ -1,7 +1,7 @@
 """`cli.py quickstart`: the whole loop on a fresh home, one BabylonContext method per stage.
 
-simulate -> build -> dataset build -> model init -> score -> train (imitation baseline) ->
-train (the menu objective from frozen states, train/cached.py) -> eval (the three models answer
+simulate -> build -> dataset build -> model init -> score -> train (the imitation baseline: the logged
+answers' menu entries) -> train (the menu objective from frozen states, train/cached.py, reusing the baseline's) -> eval (the three models answer
 from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the
 individual command calls; this module only chooses the options, times the stages and prints
 where everything went. It drives a BabylonContext as the CLI does (cli.py calls
@@ -127,10 +127,12 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
         ctx.score(NAME, ScoreOptions(judge="heuristic"))
     common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
                   groups_per_step=options.groups_per_step, max_steps=options.steps, seed=options.seed, device=options.device)
-    with _stage(ctx, result, 6, "train --objective imitate (the imitation baseline, same budget)"):
-        ctx.train(run_name=IMITATION, objective="imitate", **common)
+    common |= dict(shares=options.shares)
+    # the baseline first: the menu run then reuses its frozen states (the same decisions, renamed alike; cached.SharedStates)
+    with _stage(ctx, result, 6, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
+        ctx.train(run_name=IMITATION, objective="menu-imitate", **common)
     with _stage(ctx, result, 7, "train --objective menu (every menu answer priced, tickers renamed, frozen blocks once)"):
-        trained = ctx.train(run_name=NAME, objective="menu", shares=options.shares, **common)
+        trained = ctx.train(run_name=NAME, objective="menu", **common)
     with _stage(ctx, result, 8, "eval: trained vs base vs imitation vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=NAME, dataset=NAME, imitation=IMITATION, seed=options.seed, device=options.device,
                                                max_decisions_per_window=options.eval_decisions_per_window, menu_shares=options.shares))

@@ -49,7 +49,7 @@ TODAYS_TRAINER_SECONDS = (1.2, 1.7)  # the counterfactual trainer's seconds per 
 RUN = "learn-cached"
 # what the frozen states depend on: another --tag may change anything else (learning rate, epochs, ...) and reuse them
 DATA_SETTINGS = ["home", "agents", "windows", "steps_per_window", "news_strength", "train_decisions", "validation_decisions",
-                 "eval_per_window", "variants", "shares", "seed", "train_layers"]
+                 "eval_per_window", "variants", "shares", "seed", "train_layers", "answer_order"]
 
 
 def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
@@ -194,14 +194,17 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--horizon", choices=["window-end", "next-look"], default="window-end",
                         help="what prices the train targets: the window's end, or the agent's next look (cached.next_look); "
                              "validation and eval always price to the window's end")
+    parser.add_argument("--answer-order", choices=["action-first", "ticker-first"], default="action-first",
+                        help="how the menu's trades are written for the policy: the game's direction first, or the stock first "
+                             "(cached.shown_answer; the same actions are priced either way)")
     parser.add_argument("--ema", type=float, default=0.98)
     parser.add_argument("--train-layers", type=int, default=4, help="LoRA on the top N blocks; the frozen states enter the lowest")
     parser.add_argument("--cache-batch", type=int, default=8)
     parser.add_argument("--micro-batch", type=int, default=8, help="items per forward and backward pass (and twice that per answering pass)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["counterfactual", "imitate"], help="train this policy only, then stop (run the command "
-                        "again without it for the comparisons)")
+    parser.add_argument("--only", choices=["states", "counterfactual", "imitate"], help="compute the frozen states only, or train "
+                        "this policy only, then stop (run the command again without it for the comparisons)")
     parser.add_argument("--tag", default="", help="train again on the same frozen states with other training settings, "
                         "into HOME/runs/learn-cached-TAG (choose between tags on validation, never on the held-out curve)")
     return parser
@@ -244,7 +247,7 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
 
     options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature, shares=args.shares,
-                          variants=args.variants, ema=args.ema, train_layers=args.train_layers, cache_batch=args.cache_batch,
+                          variants=args.variants, answer_order=args.answer_order, ema=args.ema, train_layers=args.train_layers, cache_batch=args.cache_batch,
                           micro_batch=args.micro_batch, seed=args.seed, device=args.device)
     trainer = MenuTrainer(base_model, options)
     rng = np.random.default_rng(args.seed + 2)
@@ -257,7 +260,7 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
                      for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
     # --only: one policy's training alone (two processes of one thread each use 2 cores better than one of two)
     results = {}
-    for name in (args.only,) if args.only else ("counterfactual", "imitate"):
+    for name in ("counterfactual", "imitate") if not args.only else () if args.only == "states" else (args.only,):
         policy = trainer if name == "counterfactual" else MenuTrainer(base_model, replace(options, objective="imitate"))
         results[name] = train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
         if name == "imitate":  # the chosen imitation checkpoint's held-out answers

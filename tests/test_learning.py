@@ -495,7 +495,7 @@ def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2:
 
 
 def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_answers_reward():
-    from babylon_rl.train.cached import _renamed_answer, menu, renamed
+    from babylon_rl.train.cached import menu, renamed, shown_answer
 
     task = _menu_task("ACME: Acme Corp beats earnings expectations")
     mapping = {"ACME": "CRUX", "BOLT": "ACME", "CRUX": "BOLT"}
@@ -505,8 +505,31 @@ def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_an
     # the price lines in the new names' order, so the first line is not always the same stock's
     assert [line.split()[0] for line in shown.splitlines()[1:4]] == ["ACME", "BOLT", "CRUX"]
     answers = menu(task, 50)
-    assert json.loads(_renamed_answer(answers[1], mapping))["ticker"] == mapping[json.loads(answers[1])["ticker"]]
+    assert json.loads(shown_answer(answers[1], mapping, "action-first"))["ticker"] == mapping[json.loads(answers[1])["ticker"]]
     assert all(json.loads(a).get("shares", 50) == 50 for a in answers)
+
+
+def test_ticker_first_answers_choose_hold_or_trade_then_the_stock_then_the_direction(smollm2: Path):
+    """With the stock written first, the menu's token tree asks hold-or-trade, then which stock, then which direction
+    (given the stock); the game's direction-first form asks the direction first. Either way the policy's menu is the same
+    set of actions, each with its own reward."""
+    from babylon_rl.train.cached import MenuOptions, make_items
+    from babylon_rl.train.models import load_tokenizer
+
+    tokenizer = load_tokenizer(str(smollm2))
+    task = _menu_task("ACME: Acme Corp beats earnings expectations")
+    rng = np.random.default_rng(0)
+    game, first = (make_items(tokenizer, [task], MenuOptions(answer_order=order), 0, rng)[0] for order in ("action-first", "ticker-first"))
+    assert [parse_action(a) for a in first.shown] == [parse_action(a) for a in game.shown]
+    assert json.loads(first.shown[1]) == {"ticker": "ACME", "action": "buy", "shares": 50}
+    assert list(first.rewards) == list(game.rewards)
+
+    def choices(item, answer: int) -> list[str]:  # the tokens an answer picks at each of its choices
+        return [tokenizer.decode([item.packed.choices[c].tokens[k]]).strip() for c, k in item.packed.paths[answer]]
+
+    assert choices(game, 0) == ["hold"] and choices(game, 1) == ["buy", "AC"]
+    assert choices(first, 0) == ["action"] and choices(first, 1) == ["ticker", "AC", "buy"]
+    assert choices(first, 4) == ["ticker", "AC", "sell"] and choices(first, 2)[:2] == ["ticker", "B"]
 
 
 def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stopped(small_llama, tmp_path):
@@ -540,6 +563,38 @@ def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stop
     trainer.train_step([task])
     resumed.train_step([task])
     assert all(torch.allclose(a, b) for a, b in zip(resumed.params, trainer.params))
+
+
+def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_frozen_states_once(small_llama):
+    """The quickstart trains its imitation baseline, then the menu objective, on the same decisions and seed: the second
+    trainer takes the first's frozen states (the same tensors), and a trainer on other blocks computes its own. The
+    baseline moves toward the logged answer's menu entry."""
+    import torch
+
+    from babylon_rl.train import cached
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+
+    task = _menu_task("ACME: Acme Corp beats earnings expectations")  # the logged answer: hold
+    computed = []
+    original = cached.cache_states
+    cached.cache_states = lambda split, items, *a, **k: (items and computed.append(sum(i.states is None for i in items)),
+                                                         original(split, items, *a, **k))
+    try:
+        imitation = MenuTrainer(str(small_llama), MenuOptions(objective="imitate", train_layers=1, learning_rate=1e-2, variants=2, seed=5))
+        before = imitation._logprobs(imitation.items_for([task], 2))[0][:, 0].detach()
+        for _ in range(5):
+            imitation.train_step([task])
+        with torch.no_grad():
+            after = imitation._logprobs(imitation.items_for([task], 2))[0][:, 0]
+        menu = MenuTrainer(str(small_llama), MenuOptions(train_layers=1, variants=2, seed=5))
+        reused = menu.items_for([task], 2)
+        other_blocks = MenuTrainer(str(small_llama), MenuOptions(train_layers=2, variants=2, seed=5)).items_for([task], 2)
+    finally:
+        cached.cache_states = original
+    assert bool((after > before + 0.3).all()), "imitation raises the logged answer's (hold's) odds under each naming"
+    assert computed == [2, 0, 2], "the menu run computed none; the trainer on two blocks computed its own"
+    assert all(a.states is b.states for a, b in zip(imitation.items_for([task], 2), reused))
+    assert all(a.states.shape == b.states.shape for a, b in zip(reused, other_blocks))
 
 
 def test_the_menu_memory_plan_keeps_variants_of_train_decisions_and_one_state_per_validation_decision(small_llama):

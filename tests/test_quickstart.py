@@ -14,7 +14,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert result.exit_code == 0, result.output
     out = result.output
     for stage in ("simulate into duckdb", "build", "dataset build", "model init (smollm2-135m)", "score --judge heuristic",
-                  "train --objective imitate", "train --objective menu", "eval: trained vs base vs imitation", "report"):
+                  "train --objective menu-imitate", "train --objective menu (", "eval: trained vs base vs imitation", "report"):
         assert f"done {stage}" in out, stage
     assert "quickstart summary" in out and "logged agents" in out and "direction" in out
     marker = json.loads((home / "quickstart.json").read_text())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from itertools import groupby
 from dataclasses import dataclass, replace
@@ -32,7 +33,7 @@ import numpy as np
 
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.constant import candidates
-from babylon_rl.evaluate.prompts import TICKER, DecisionPrompt
+from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack
@@ -41,6 +42,7 @@ from babylon_rl.train.torch_backend import Checkpoints
 
 
 LENGTH_SAMPLE = 64  # tasks packed to estimate the frozen states' size before training
+SHARED_STATES_BYTES = 1 << 30  # the most frozen states `SharedStates` keeps for the next trainer of a process
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class MenuOptions:
     reward_temperature: float = 0.3
     shares: int = 50
     variants: int = 1  # renamed copies of each training decision; 0 = the real names only
+    answer_order: str = "action-first"  # action-first: the game's `{"action": "buy", "ticker": ...}`; ticker-first (below)
     ema: float = 0.98  # decay of the averaged adapter weights that answer in validation and eval; 0 = the raw weights
     lora_r: int = 16
     train_layers: int = 4
@@ -125,6 +128,27 @@ def logged_index(task: Task, answers: list[str]) -> int:
     return -1
 
 
+TICKER_FIRST_PREFIX = '{"'
+
+
+def shown_answer(answer: str, mapping: dict[str, str], answer_order: str) -> str:
+    """The answer as the policy sees it: its ticker renamed by `mapping`; with `answer_order="ticker-first"` a trade names
+    its stock before its direction (`{"ticker": "ACME", "action": "buy", "shares": 50}`), so that the first choice after
+    hold-or-trade is which stock (a copy from the headline) and the direction is read with it in view. The same JSON
+    action either way: the game parses keys in any order."""
+    action = json.loads(answer)
+    if action.get("ticker") in mapping:
+        action["ticker"] = mapping[action["ticker"]]
+    if answer_order == "ticker-first" and "ticker" in action:
+        action = {"ticker": action.pop("ticker")} | action
+    return json.dumps(action)
+
+
+def answer_prefix(answer_order: str) -> str:
+    """What the prompt is opened with before the menu's answers part: the game's `{"action": "`, or `{"` for ticker first."""
+    return TICKER_FIRST_PREFIX if answer_order == "ticker-first" else ANSWER_PREFIX
+
+
 def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int, rng: np.random.Generator) -> list[MenuItem]:
     """Each task priced on its menu; `variants` renamed copies each (0: the task under its real names, once)."""
     items = []
@@ -138,16 +162,10 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
         for _ in range(max(variants, 1)):
             mapping = dict(zip(tickers, rng.permutation(tickers))) if variants else {}
             request = renamed(task.request, mapping) if mapping else task.request
-            shown = [_renamed_answer(a, mapping) for a in answers]
-            items.append(MenuItem(task, answers, shown, pack(tokenizer, request, shown), rewards, correct, index))
+            shown = [shown_answer(a, mapping, options.answer_order) for a in answers]
+            packed = pack(tokenizer, request, shown, answer_prefix(options.answer_order))
+            items.append(MenuItem(task, answers, shown, packed, rewards, correct, index))
     return items
-
-
-def _renamed_answer(answer: str, mapping: dict[str, str]) -> str:
-    action = json.loads(answer)
-    if action.get("ticker") in mapping:
-        action["ticker"] = mapping[action["ticker"]]
-    return json.dumps(action)
 
 
 def cache_states(split: SplitModel, items: list[MenuItem], batch: int, device: str, on_done: Callable[[int], None] = lambda n: None) -> None:
@@ -162,6 +180,48 @@ def cache_states(split: SplitModel, items: list[MenuItem], batch: int, device: s
         for row, item in zip(states, chunk):
             item.states = row[: len(item.packed)].to(torch.bfloat16).clone()  # where they were computed: a GPU keeps them
         on_done(len(chunk))
+
+
+class SharedStates:
+    """The frozen states the menu trainers of one process computed, by content, for the next trainer on the same base.
+
+    Two trainers on one base, dataset and seed (the quickstart's imitation baseline, then its menu
+    run) see the same decisions under the same renamings, so the same packed sequences: the second
+    takes the first's states instead of running the frozen blocks again. The key is the base model
+    (its directory and files' times), the number of trained blocks, the bottom's dtype and the
+    packed sequence itself, so a state is reused only where it is exactly what would be computed.
+    The oldest go first beyond `SHARED_STATES_BYTES`.
+    """
+
+    def __init__(self, budget: int = SHARED_STATES_BYTES) -> None:
+        self.budget = budget
+        self._states: OrderedDict[tuple, object] = OrderedDict()
+        self._bytes = 0
+
+    @staticmethod
+    def model_key(base_model: str, train_layers: int, dtype) -> tuple:
+        path = Path(base_model)
+        stamps = tuple(sorted((f.name, f.stat().st_mtime_ns) for f in path.iterdir() if f.is_file())) if path.is_dir() else ()
+        return str(path.resolve()) if path.exists() else base_model, stamps, train_layers, str(dtype)
+
+    def fill(self, model: tuple, items: list[MenuItem]) -> None:
+        """Each item without states takes the ones kept for its packed sequence, if any."""
+        for item in items:
+            if item.states is None:
+                item.states = self._states.get((model, item.packed))
+
+    def keep(self, model: tuple, items: list[MenuItem]) -> None:
+        for item in items:
+            key = (model, item.packed)
+            if key not in self._states:
+                self._states[key] = item.states
+                self._bytes += item.states.numel() * item.states.element_size()
+        while self._bytes > self.budget and self._states:
+            _, dropped = self._states.popitem(last=False)
+            self._bytes -= dropped.numel() * dropped.element_size()
+
+
+SHARED_STATES = SharedStates()
 
 
 def save_states(items: list[MenuItem], path: Path) -> None:
@@ -293,6 +353,7 @@ class MenuTrainer(Checkpoints):
         self.model = lora_model(base, options.lora_r, options.train_layers)
         self.model.eval()
         self.split = SplitModel(self.model, options.train_layers, bottom_dtype(options.device))
+        self._states_key = SharedStates.model_key(base_model, options.train_layers, bottom_dtype(options.device))
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.averaged = [p.detach().clone() for p in self.params]
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
@@ -309,7 +370,7 @@ class MenuTrainer(Checkpoints):
         tokenizer = load_tokenizer(self.base_model)
 
         def tokens(task: Task) -> int:
-            return len(pack(tokenizer, task.request, menu(task, o.shares)))
+            return len(pack(tokenizer, task.request, menu(task, o.shares), answer_prefix(o.answer_order)))
 
         seen = [*tasks, *validation]
         even = [tokens(t) for t in seen[:: max(1, len(seen) // LENGTH_SAMPLE)]]
@@ -391,7 +452,10 @@ class MenuTrainer(Checkpoints):
         new = [t for t in tasks if id(t) not in self._items]
         for task in new:
             self._items[id(task)] = make_items(self.tokenizer, [task], self.options, variants, self._rng)
-        cache_states(self.split, [i for t in new for i in self._items[id(t)]], self.options.cache_batch, self.options.device)
+        made = [i for t in new for i in self._items[id(t)]]
+        SHARED_STATES.fill(self._states_key, made)
+        cache_states(self.split, made, self.options.cache_batch, self.options.device)
+        SHARED_STATES.keep(self._states_key, made)
         return [item for t in tasks for item in self._items[id(t)]]
 
     def train_step(self, tasks: list[Task]):

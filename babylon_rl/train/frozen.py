@@ -48,12 +48,13 @@ class Packed:
         return len(self.ids)
 
 
-def pack(tokenizer, request: DecisionPrompt, answers: list[str]) -> Packed:
-    """The prompt and the answers' token tree. Only the tokens up to an answer's last choice are kept: what follows is
-    the format, the same whichever way it chose, and a menu-constrained policy's odds are its choices' odds."""
-    prompt = tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False) + ANSWER_PREFIX
+def pack(tokenizer, request: DecisionPrompt, answers: list[str], prefix: str = ANSWER_PREFIX) -> Packed:
+    """The prompt (opened with `prefix`, what every answer starts with) and the answers' token tree. Only the tokens up
+    to an answer's last choice are kept: what follows is the format, the same whichever way it chose, and a
+    menu-constrained policy's odds are its choices' odds."""
+    prompt = tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False) + prefix
     ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    bodies = [a[len(ANSWER_PREFIX):] if a.startswith(ANSWER_PREFIX) else a for a in answers]
+    bodies = [a[len(prefix):] if a.startswith(prefix) else a for a in answers]
     sequences = [tuple(t) for t in tokenizer(bodies, add_special_tokens=False)["input_ids"]]
     prompt_len = len(ids)
     positions, parents = list(range(prompt_len)), [-1] * prompt_len

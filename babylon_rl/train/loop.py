@@ -44,7 +44,7 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu"] = "grpo"
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate"] = "grpo"
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
@@ -66,7 +66,7 @@ class TrainConfig(BaseModel):
     @property
     def on_decisions(self) -> bool:
         """Trained on replayed decisions (its own answers, every menu answer, or the logged ones), not on scored trajectories."""
-        return self.on_policy or self.objective in ("imitate", "counterfactual", "menu")
+        return self.on_policy or self.objective in ("imitate", "counterfactual", "menu", "menu-imitate")
 
 
 @dataclass
@@ -98,13 +98,14 @@ class TrainResult:
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None):
     """The trainer for this config; a decision trainer sizes its memory by the train and validation decisions it
     will see (`scheduled`)."""
-    if config.objective == "menu":
+    if config.objective in ("menu", "menu-imitate"):
         from babylon_rl.train.cached import MenuOptions, MenuTrainer
         from babylon_rl.train.models import resolve_device
 
         if not 0 < config.train_layers:
-            raise ConfigError("--objective menu trains the top --train-layers blocks from their frozen input: give it 1 or more")
+            raise ConfigError(f"--objective {config.objective} trains the top --train-layers blocks from their frozen input: give it 1 or more")
         return MenuTrainer(base_model, MenuOptions(
+            objective="imitate" if config.objective == "menu-imitate" else "counterfactual",
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
             device=resolve_device(config.device)), *seen)
