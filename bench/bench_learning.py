@@ -205,6 +205,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", choices=["states", "counterfactual", "imitate"], help="compute the frozen states only, or train "
                         "this policy only, then stop (run the command again without it for the comparisons)")
+    parser.add_argument("--summary", type=Path, help="write what the quickstart quotes of the result here, under this world's "
+                        "news strength (bench/results/learning-cpu.json)")
     parser.add_argument("--tag", default="", help="train again on the same frozen states with other training settings, "
                         "into HOME/runs/learn-cached-TAG (choose between tags on validation, never on the held-out curve)")
     return parser
@@ -226,11 +228,12 @@ def main() -> None:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     out_dir = run_dir.with_name(f"{RUN}-{args.tag}") if args.tag else run_dir  # the frozen states stay in run_dir, for every tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(set(settings) - {"only"}))):
+    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(set(settings) - {"only", "summary"}))):
         wanted = {k: settings[k] for k in keys}
         if path.exists() and {k: v for k, v in json.loads(path.read_text()).items() if k in keys} != wanted:
             sys.exit(f"{path.parent} holds a run with other settings ({path}): use another --home or --tag, or remove it")
-        path.write_text(json.dumps(wanted, indent=1))
+        path.with_suffix(f".{os.getpid()}").write_text(json.dumps(wanted, indent=1))  # atomic: --only runs start side by side
+        path.with_suffix(f".{os.getpid()}").replace(path)
     log(f"bench_learning {' '.join(sys.argv[1:])}")
 
     data, train, validation, eval_set, held_out = splits(ctx, args)
@@ -238,6 +241,33 @@ def main() -> None:
     if args.only:
         return
     compare(ctx, args, data, eval_set, record, out_dir, started)
+    if args.summary:
+        write_summary(args.summary, args, record, json.loads((out_dir / "result.json").read_text()))
+
+
+def cpu_name() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "CPU")
+    return f"{os.cpu_count()} cores ({model})"
+
+
+def write_summary(path: Path, args, record: dict, result: dict) -> None:
+    """What the quickstart and the docs quote of this run, under its world (`news1`, `news0`) in `path`, beside the
+    other world's: the chosen checkpoint's items and the minutes that reached it, the held-out figures, the verdict."""
+    trained = record["results"]["counterfactual"]
+    best = trained["best"]
+    reached = [row for row in trained["curve"] if row["step"] <= best["step"]]
+    minutes = (sum(trained["seconds"][: best["step"]]) + sum(row["seconds"] for row in reached)) / 60
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary[f"news{args.news_strength:g}"] = {
+        "date": time.strftime("%Y-%m-%d"), "device": cpu_name(), "command": f"python bench/bench_learning.py {' '.join(sys.argv[1:])}",
+        "chosen_step": best["step"], "train_items_seen": best["decisions_seen"], "minutes_to_chosen": round(minutes, 1),
+        "whole_run_minutes": round(result["timings"]["whole_run_seconds"] / 60, 1), "learning_shown": result["learning_shown"],
+        "held_out": {p["role"]: {k: p["metrics"][k]["value"] for k in ("direction_accuracy", "pnl_per_decision")} for p in result["policies"]},
+        "beats": {role: c["beats_outside_interval"] for role, c in result["comparison"].items()}}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def train_both(args, train, validation, held_out, base_model: str, run_dir: Path, out_dir: Path, log,

@@ -42,7 +42,7 @@ from babylon_rl.train.torch_backend import Checkpoints
 
 
 LENGTH_SAMPLE = 64  # tasks packed to estimate the frozen states' size before training
-SHARED_STATES_BYTES = 1 << 30  # the most frozen states `SharedStates` keeps for the next trainer of a process
+SHARED_STATES_BYTES = 512 << 20  # the most frozen states `SharedStates` keeps for the next trainer of a process (~1,300 decisions)
 
 
 @dataclass(frozen=True)
