@@ -191,12 +191,14 @@ def learning_verdict(evaluation) -> list[str]:
     return lines
 
 
-LEARNING_BENCHMARK = Path(__file__).resolve().parent.parent / "bench" / "results" / "learning-gpu.json"
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+LEARNING_BENCHMARKS = (RESULTS / "learning-gpu.json", RESULTS / "learning-cpu.json")
 
 
-def benchmark_line(path: Path = LEARNING_BENCHMARK) -> str | None:
-    """What the learning benchmark's committed result (bench_learning_gpu.py score --summary) says, in one line: how far
-    training took the model and in how many minutes, the verdict, and where the command is. None outside a checkout."""
+def benchmark_line(path: Path) -> str | None:
+    """What a learning benchmark's committed result (`bench_learning_gpu.py score --summary` or `bench_learning.py
+    --summary`) says, in one line: how far training took the model, in how many items and minutes on what, the verdict,
+    and the command. None outside a checkout."""
     if not path.exists():
         return None
     result = json.loads(path.read_text())["news1"]
@@ -205,11 +207,13 @@ def benchmark_line(path: Path = LEARNING_BENCHMARK) -> str | None:
                                       ("imitation", "imitation")) if beats.get(role)]
     listed = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten) or "no reference"
     verdict = "learning shown" if result["learning_shown"] else f"learning NOT shown (it beats {listed} on both metrics)"
-    return (f"the learning benchmark ({result['date']}): {result['train_items_seen']:,} training items, "
-            f"{result['gpu_minutes_to_chosen']:.1f} min on an {result['device']}, took held-out direction accuracy from "
-            f"{held_out['baseline']['direction_accuracy']:.3f} to {held_out['model']['direction_accuracy']:.3f} "
-            f"(this run trained on {QuickstartOptions.steps * QuickstartOptions.groups_per_step} decisions); {verdict}; "
-            f"on 2 cores it takes hours. Command: {result['command']} (docs/BENCHMARKS.md#learning)")
+    minutes = result.get("gpu_minutes_to_chosen", result.get("minutes_to_chosen"))  # training and its checkpoints
+    device = f"one {result['device']}" if "gpu_minutes_to_chosen" in result else result["device"]
+    return (f"the learning benchmark ({result['date']}): {result['train_items_seen']:,} training items, {minutes:.1f} min on "
+            f"{device}, took held-out direction accuracy from {held_out['baseline']['direction_accuracy']:.3f} to "
+            f"{held_out['model']['direction_accuracy']:.3f} (this run trained on "
+            f"{QuickstartOptions.steps * QuickstartOptions.groups_per_step} decisions); {verdict}. "
+            f"Command: {result['command']} (docs/BENCHMARKS.md#learning)")
 
 
 def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: QuickstartResult) -> None:
@@ -221,9 +225,10 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     ctx.console.print(eval_table(result.eval))
     for line in learning_verdict(result.eval):
         ctx.console.print(line)
-    benchmark = benchmark_line()
-    if benchmark:
-        ctx.console.print(benchmark)
+    for path in LEARNING_BENCHMARKS:
+        benchmark = benchmark_line(path)
+        if benchmark:
+            ctx.console.print(benchmark)
     table = Table(show_header=False, title=f"artifacts ({sum(result.stages.values()):.0f}s in all)")
     table.add_column("")
     table.add_column("", overflow="fold")

@@ -171,7 +171,7 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
             checkpoint()
     if curve[-1]["step"] != trainer.steps:
         checkpoint()
-    return {"curve": curve, "seconds": seconds, "best": best}
+    return {"curve": curve, "seconds": seconds, "best": best, "planned_steps": total}
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -205,6 +205,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", choices=["states", "counterfactual", "imitate"], help="compute the frozen states only, or train "
                         "this policy only, then stop (run the command again without it for the comparisons)")
+    parser.add_argument("--compare-now", action="store_true", help="compare the checkpoints as they are, training no further "
+                        "(result.json and the output say how many of its planned steps each policy trained)")
     parser.add_argument("--summary", type=Path, help="write what the quickstart quotes of the result here, under this world's "
                         "news strength (bench/results/learning-cpu.json)")
     parser.add_argument("--tag", default="", help="train again on the same frozen states with other training settings, "
@@ -228,7 +230,7 @@ def main() -> None:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     out_dir = run_dir.with_name(f"{RUN}-{args.tag}") if args.tag else run_dir  # the frozen states stay in run_dir, for every tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(set(settings) - {"only", "summary"}))):
+    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(set(settings) - {"only", "summary", "compare_now"}))):
         wanted = {k: settings[k] for k in keys}
         if path.exists() and {k: v for k, v in json.loads(path.read_text()).items() if k in keys} != wanted:
             sys.exit(f"{path.parent} holds a run with other settings ({path}): use another --home or --tag, or remove it")
@@ -237,7 +239,8 @@ def main() -> None:
     log(f"bench_learning {' '.join(sys.argv[1:])}")
 
     data, train, validation, eval_set, held_out = splits(ctx, args)
-    record = train_both(args, train, validation, held_out, str(ctx.home.models / "smollm2-135m"), run_dir, out_dir, log)
+    record = train_both(args, train, validation, held_out, str(ctx.home.models / "smollm2-135m"), run_dir, out_dir, log,
+                        deadline=time.time() if args.compare_now else None)
     if args.only:
         return
     compare(ctx, args, data, eval_set, record, out_dir, started)
@@ -251,6 +254,21 @@ def cpu_name() -> str:
     return f"{os.cpu_count()} cores ({model})"
 
 
+def training_arguments() -> str:
+    """This command's arguments less those that only shape this invocation (--only, --compare-now, --summary): the command
+    that reproduces the run."""
+    kept, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg in ("--compare-now",):
+            skip = False
+            continue
+        if arg in ("--only", "--summary"):
+            skip = True
+            continue
+        kept.append(arg)
+    return " ".join(kept)
+
+
 def write_summary(path: Path, args, record: dict, result: dict) -> None:
     """What the quickstart and the docs quote of this run, under its world (`news1`, `news0`) in `path`, beside the
     other world's: the chosen checkpoint's items and the minutes that reached it, the held-out figures, the verdict."""
@@ -260,9 +278,9 @@ def write_summary(path: Path, args, record: dict, result: dict) -> None:
     minutes = (sum(trained["seconds"][: best["step"]]) + sum(row["seconds"] for row in reached)) / 60
     summary = json.loads(path.read_text()) if path.exists() else {}
     summary[f"news{args.news_strength:g}"] = {
-        "date": time.strftime("%Y-%m-%d"), "device": cpu_name(), "command": f"python bench/bench_learning.py {' '.join(sys.argv[1:])}",
+        "date": time.strftime("%Y-%m-%d"), "device": cpu_name(), "command": f"python bench/bench_learning.py {training_arguments()}",
         "chosen_step": best["step"], "train_items_seen": best["decisions_seen"], "minutes_to_chosen": round(minutes, 1),
-        "whole_run_minutes": round(result["timings"]["whole_run_seconds"] / 60, 1), "learning_shown": result["learning_shown"],
+        "learning_shown": result["learning_shown"],
         "held_out": {p["role"]: {k: p["metrics"][k]["value"] for k in ("direction_accuracy", "pnl_per_decision")} for p in result["policies"]},
         "beats": {role: c["beats_outside_interval"] for role, c in result["comparison"].items()}}
     tmp = path.with_suffix(".tmp")
@@ -365,12 +383,13 @@ def compare(ctx: BabylonContext, args, data, eval_set, record: dict, out_dir: Pa
         "policies": [p.to_dict() for p in policies], "timings": timings,
         "read_ids": {"train_and_validation": data.read_ids, "eval": sorted({d.trajectory_id for d in decisions})},
         "validation_curves": {k: [{"step": r["step"], **r["validation"]} for r in v["curve"]] for k, v in results.items()},
+        "steps": {k: {"trained": v["curve"][-1]["step"], "planned": v.get("planned_steps")} for k, v in results.items()},
     }, indent=1))
-    report(args, policies, comparison, curve, timings, learning, best, len(eval_set.windows))
+    report(args, policies, comparison, curve, timings, learning, best, len(eval_set.windows), results)
     return learning
 
 
-def report(args, policies, comparison, curve, timings, learning, best, windows) -> None:
+def report(args, policies, comparison, curve, timings, learning, best, windows, results) -> None:
     print(f"\nCommand: `python bench/{Path(sys.argv[0]).name} {' '.join(sys.argv[1:])}` on {os.cpu_count()} cores, "
           f"{datetime.now():%Y-%m-%d %H:%M}, load {os.getloadavg()[0]:.1f}\n")
     t = timings
@@ -395,6 +414,9 @@ def report(args, policies, comparison, curve, timings, learning, best, windows) 
         acc, pnl = c["direction_accuracy_diff"], c["pnl_per_decision_diff"]
         print(f"- vs {role}: accuracy {acc['value']:+.3f} [{acc['low']:+.3f}, {acc['high']:+.3f}], P&L {pnl['value']:+.2f} "
               f"[{pnl['low']:+.2f}, {pnl['high']:+.2f}]: {'beats it' if c['beats_outside_interval'] else 'does not beat it'}")
+    for name, result in results.items():
+        if result.get("planned_steps") and result["curve"][-1]["step"] < result["planned_steps"]:
+            print(f"- {name} trained {result['curve'][-1]['step']} of its {result['planned_steps']} planned steps (--compare-now)")
     print(f"\nlearning shown: {learning}")
 
 

@@ -30,7 +30,8 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert evaluation["menu_shares"] == 50  # the three models answered from the menu, on one shared base
     assert "news rule" in out and "recognise" in out  # the design check: could this evaluation see reading at all?
     assert ("learning shown" if evaluation["learning_shown"] else "learning NOT shown") in out
-    assert "the learning benchmark (" in out and "bench_learning_gpu.py" in out  # the committed result, quoted
+    assert "the learning benchmark (" in out and "bench_learning_gpu.py" in out  # the committed results, quoted
+    assert "bench_learning.py --home" in out
     page = (home / "runs" / "quickstart" / "report.html").read_text()
     assert "<svg" in page and "Learning" in page and "direction accuracy</b>: the share" in page
 
@@ -39,17 +40,19 @@ def test_quickstart_small_end_to_end(home, run_cli):
 
 
 def test_the_benchmark_line_quotes_the_committed_result(tmp_path) -> None:
-    from babylon_rl.quickstart import LEARNING_BENCHMARK, benchmark_line
+    from babylon_rl.quickstart import LEARNING_BENCHMARKS, benchmark_line
 
-    result = json.loads(LEARNING_BENCHMARK.read_text())
-    line = benchmark_line()
-    news = result["news1"]
-    assert f"{news['train_items_seen']:,} training items" in line and f"{news['gpu_minutes_to_chosen']:.1f} min" in line
-    assert f"{news['held_out']['model']['direction_accuracy']:.3f}" in line and news["command"] in line
-    assert ("learning shown" if news["learning_shown"] else "learning NOT shown") in line
-    news |= {"learning_shown": True}
-    (tmp_path / "result.json").write_text(json.dumps({"news1": news}))
-    assert "learning shown;" in benchmark_line(tmp_path / "result.json")
+    for path in LEARNING_BENCHMARKS:
+        result = json.loads(path.read_text())
+        line = benchmark_line(path)
+        news = result["news1"]
+        minutes = news.get("gpu_minutes_to_chosen", news.get("minutes_to_chosen"))
+        assert f"{news['train_items_seen']:,} training items, {minutes:.1f} min on" in line and news["device"] in line
+        assert f"{news['held_out']['model']['direction_accuracy']:.3f}" in line and news["command"] in line
+        assert ("learning shown" if news["learning_shown"] else "learning NOT shown") in line
+        news |= {"learning_shown": True}
+        (tmp_path / "result.json").write_text(json.dumps({"news1": news}))
+        assert "learning shown." in benchmark_line(tmp_path / "result.json")
     assert benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
 
 
