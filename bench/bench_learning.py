@@ -21,6 +21,11 @@ checkpoint on disk; the same command continues from them. Writes HOME/runs/learn
 
     python bench/bench_learning.py --home /tmp/brl-learn
     python bench/bench_learning.py --home /tmp/brl-learn0 --news-strength 0     # the control
+
+On 2 cores two one-thread processes train faster than one of two threads: `--only states` first, then
+`--only counterfactual` and `--only imitate` side by side (BABYLON_RL_TORCH_THREADS=1), then the command alone
+for the comparisons (`--compare-now` compares the checkpoints as they are; `--summary` writes what the
+quickstart quotes).
 """
 
 from __future__ import annotations
