@@ -1,10 +1,10 @@
 """`cli.py quickstart`: the whole loop on a fresh home, one BabylonContext method per stage.
 
 simulate -> build -> dataset build -> model init -> score -> train (the imitation baseline: the logged
-answers' menu entries) -> train (the menu objective from frozen states, train/cached.py, reusing the baseline's) -> eval (the three models answer
-from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the
-individual command calls; this module only chooses the options, times the stages and prints
-where everything went. It drives a BabylonContext as the CLI does (cli.py calls
+answers' menu entries, from frozen states) -> train (the menu objective, train/cached.py, on the baseline's
+frozen states) -> eval (the three models answer from the menu on one shared base: its frozen blocks run
+once) -> report. Each stage is the same method the individual command calls; this module only
+chooses the options, times the stages and prints where everything went. It drives a BabylonContext as the CLI does (cli.py calls
 run_quickstart), so the context does not know about it: no import cycle between the two.
 """
 
@@ -126,8 +126,8 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
     with _stage(ctx, result, 5, "score --judge heuristic"):
         ctx.score(NAME, ScoreOptions(judge="heuristic"))
     common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
-                  groups_per_step=options.groups_per_step, max_steps=options.steps, seed=options.seed, device=options.device)
-    common |= dict(shares=options.shares)
+                  groups_per_step=options.groups_per_step, max_steps=options.steps, shares=options.shares, seed=options.seed,
+                  device=options.device)
     # the baseline first: the menu run then reuses its frozen states (the same decisions, renamed alike; cached.SharedStates)
     with _stage(ctx, result, 6, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
         ctx.train(run_name=IMITATION, objective="menu-imitate", **common)

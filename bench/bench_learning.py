@@ -55,6 +55,7 @@ RUN = "learn-cached"
 # what the frozen states depend on: another --tag may change anything else (learning rate, epochs, ...) and reuse them
 DATA_SETTINGS = ["home", "agents", "windows", "steps_per_window", "news_strength", "train_decisions", "validation_decisions",
                  "eval_per_window", "variants", "shares", "seed", "train_layers", "answer_order"]
+INVOCATION_ONLY = {"only", "compare_now", "summary"}  # shape one invocation, not the run: never compared between invocations
 
 
 def simulate_and_split(args, eval_fraction: float) -> BabylonContext:
@@ -235,7 +236,8 @@ def main() -> None:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     out_dir = run_dir.with_name(f"{RUN}-{args.tag}") if args.tag else run_dir  # the frozen states stay in run_dir, for every tag
     out_dir.mkdir(parents=True, exist_ok=True)
-    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", sorted(set(settings) - {"only", "summary", "compare_now"}))):
+    train_settings = sorted(set(settings) - INVOCATION_ONLY)
+    for path, keys in ((run_dir / "settings.json", DATA_SETTINGS), (out_dir / "train-settings.json", train_settings)):
         wanted = {k: settings[k] for k in keys}
         if path.exists() and {k: v for k, v in json.loads(path.read_text()).items() if k in keys} != wanted:
             sys.exit(f"{path.parent} holds a run with other settings ({path}): use another --home or --tag, or remove it")
@@ -260,17 +262,17 @@ def cpu_name() -> str:
 
 
 def training_arguments() -> str:
-    """This command's arguments less those that only shape this invocation (--only, --compare-now, --summary): the command
-    that reproduces the run."""
-    kept, skip = [], False
+    """This command's arguments less the INVOCATION_ONLY ones: the command that reproduces the run."""
+    kept, skip_value = [], False
     for arg in sys.argv[1:]:
-        if skip or arg in ("--compare-now",):
-            skip = False
+        if skip_value:
+            skip_value = False
+        elif arg == "--compare-now":
             continue
-        if arg in ("--only", "--summary"):
-            skip = True
-            continue
-        kept.append(arg)
+        elif arg in ("--only", "--summary"):
+            skip_value = True
+        else:
+            kept.append(arg)
     return " ".join(kept)
 
 
@@ -300,8 +302,8 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
 
     options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature, shares=args.shares,
-                          variants=args.variants, answer_order=args.answer_order, ema=args.ema, train_layers=args.train_layers, cache_batch=args.cache_batch,
-                          micro_batch=args.micro_batch, seed=args.seed, device=args.device)
+                          variants=args.variants, answer_order=args.answer_order, ema=args.ema, train_layers=args.train_layers,
+                          cache_batch=args.cache_batch, micro_batch=args.micro_batch, seed=args.seed, device=args.device)
     trainer = MenuTrainer(base_model, options)
     rng = np.random.default_rng(args.seed + 2)
     train_items = make_items(trainer.tokenizer, train, options, args.variants, rng)
@@ -313,7 +315,8 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
                      for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
     # --only: one policy's training alone (two processes of one thread each use 2 cores better than one of two)
     results = {}
-    for name in ("counterfactual", "imitate") if not args.only else () if args.only == "states" else (args.only,):
+    trained = {None: ("counterfactual", "imitate"), "states": ()}.get(args.only, (args.only,))
+    for name in trained:
         policy = trainer if name == "counterfactual" else MenuTrainer(base_model, replace(options, objective="imitate"))
         results[name] = train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
         if name == "imitate":  # the chosen imitation checkpoint's held-out answers
