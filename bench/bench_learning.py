@@ -276,6 +276,14 @@ def training_arguments() -> str:
     return " ".join(kept)
 
 
+def verdict_figures(result: dict) -> dict:
+    """What both benchmarks' summaries quote of a result.json: the verdict, each policy's held-out figures, what it beats."""
+    return {"learning_shown": result["learning_shown"],
+            "held_out": {p["role"]: {k: p["metrics"][k]["value"] for k in ("direction_accuracy", "pnl_per_decision")}
+                         for p in result["policies"]},
+            "beats": {role: c["beats_outside_interval"] for role, c in result["comparison"].items()}}
+
+
 def write_summary(path: Path, args, record: dict, result: dict) -> None:
     """What the quickstart and the docs quote of this run, under its world (`news1`, `news0`) in `path`, beside the
     other world's: the chosen checkpoint's items and the minutes that reached it, the held-out figures, the verdict."""
@@ -287,9 +295,7 @@ def write_summary(path: Path, args, record: dict, result: dict) -> None:
     summary[f"news{args.news_strength:g}"] = {
         "date": time.strftime("%Y-%m-%d"), "device": cpu_name(), "command": f"python bench/bench_learning.py {training_arguments()}",
         "chosen_step": best["step"], "train_items_seen": best["decisions_seen"], "minutes_to_chosen": round(minutes, 1),
-        "learning_shown": result["learning_shown"],
-        "held_out": {p["role"]: {k: p["metrics"][k]["value"] for k in ("direction_accuracy", "pnl_per_decision")} for p in result["policies"]},
-        "beats": {role: c["beats_outside_interval"] for role, c in result["comparison"].items()}}
+        **verdict_figures(result)}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     tmp.replace(path)

@@ -182,10 +182,7 @@ def summarised(setting: str, record: dict, result: dict) -> dict:
     return {"date": time.strftime("%Y-%m-%d"), "device": record["gpu"], "setting": setting, "command": COMMAND,
             "args": {k: v for k, v in record["args"].items() if k not in ("home", "tag", "only")},
             "chosen_step": best["step"], "train_items_seen": best["decisions_seen"], "gpu_minutes_to_chosen": round(minutes, 1),
-            "learning_shown": result["learning_shown"],
-            "held_out": {p["role"]: {k: p["metrics"][k]["value"] for k in ("direction_accuracy", "pnl_per_decision")}
-                         for p in result["policies"]},
-            "beats": {role: c["beats_outside_interval"] for role, c in result["comparison"].items()}}
+            **bench_learning.verdict_figures(result)}
 
 
 def main() -> None:
