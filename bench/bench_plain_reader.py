@@ -28,7 +28,7 @@ own under /usr/bin/time -v (wall seconds and peak RSS):
    agents, the last the one in play): `sqlmesh -p . plan --auto-apply --no-prompts` computes every
    hour from the models' start, the game's first day (HOME/data_start). Also alone: `bench_plain_reader.py bare-plan`.
 7. **the parse's floor**: one pass of DuckDB's JSON parser over every stepsJson in the warehouse
-   (the calls' structure, as staging.llm_calls reads it), on one thread as DuckDB scans a table
+   (the calls' structure, as babylon.training_samples reads it), on one thread as DuckDB scans a table
    under 122,880 rows, and split into two scans that run side by side: with COPY, the least any
    pipeline that copies the game and then parses it can cost.
 

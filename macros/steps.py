@@ -2,12 +2,12 @@
 
 `@parse_steps(doc)` turns a trajectory's stepsJson into a list of steps in one pass over the
 text: on DuckDB a single `json_transform` into typed structs (the step fields of both step
-shapes, and of each LLM call only its response), on PostgreSQL the jsonb elements.
-`@parse_step_calls(doc)` reads the same text for the LLM calls with all their fields (the
-steps as lists of calls). Two narrow parses are cheaper than one wide one: a nested list
-of calls with their prompt text is slow to store and read back in staging.step_rows, while
-staging.llm_calls needs the calls flat, one row each. A document that is not valid JSON or
-not an array gives NULL. The fields are then read with
+shapes, and of each LLM call only its id and response), on PostgreSQL the jsonb elements.
+staging.trajectory_checks reads it. `@parse_step_calls(doc)` reads the same text for the LLM
+calls with all their fields (the steps as their numbers and lists of calls), in
+babylon.training_samples, which turns them into chats. Each model parses once and stores
+neither steps nor calls: only the figures and the checks (trajectory_checks) and the chats
+(training_samples). A document that is not valid JSON or not an array gives NULL. The fields are then read with
 `@field(value, key, ...)` (struct access on DuckDB, jsonb_extract_path_text on PostgreSQL),
 always as text, and cast with @safe_double / @safe_int, so a number logged as a string or
 garbage where a number belongs becomes NULL instead of failing the build.
@@ -55,10 +55,10 @@ STEP_FIELDS = {
         "result": {"pnl": _TEXT},
     },
     "observation": "JSON",
-    "llmCalls": [{"response": _TEXT}],  # enough to count the calls and find those without an answer
+    "llmCalls": [{"callId": _TEXT, "response": _TEXT}],  # enough to count the calls by id and find those without an answer
 }
 STEPS_STRUCTURE = json.dumps([STEP_FIELDS], separators=(",", ":"))
-STEP_CALLS_STRUCTURE = json.dumps([{"llmCalls": [LLM_CALL_FIELDS]}], separators=(",", ":"))
+STEP_CALLS_STRUCTURE = json.dumps([{"stepNumber": _TEXT, "stepId": _TEXT, "llmCalls": [LLM_CALL_FIELDS]}], separators=(",", ":"))
 
 
 def _on_postgres(evaluator) -> bool:

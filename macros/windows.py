@@ -78,7 +78,10 @@ def trajectories_in_range(evaluator):
     names, so windows named in the range have windowId between the range's ids; a window
     taken from startTime starts at most a day before it. The second branch finds its rows on
     the small columns first and joins them back by id: filtered together with the window
-    computed from two columns, DuckDB would read the stepsJson of every row in the range.
+    computed from two columns, DuckDB would read the stepsJson of every row in the range. The
+    join's own filter on windowId alone (one column) is checked in the scan, so the stepsJson
+    of the rows that have a valid windowId is not read there either (0.36 s -> 0.02 s for four
+    days at 100k, read cold).
     """
     raw = f"{evaluator.var('raw_schema', 'raw')}.trajectories"
     # the other macros are called as functions: a macro's serialized code only carries what it calls
@@ -103,6 +106,7 @@ def trajectories_in_range(evaluator):
       ) AS k
         ON k.key_id = r."id"
       WHERE r."startTime" >= CAST(@start_ts AS TIMESTAMP) AND r."startTime" < CAST(@end_ts AS TIMESTAMP) + INTERVAL 1 DAY
+        AND {named} IS NULL
         AND k.window_start BETWEEN @start_ts AND @end_ts
     )"""
     return evaluator.transform(evaluator.parse_one(sql))
@@ -142,5 +146,39 @@ def call_logs_near_batch(evaluator):
           UNION ALL
           SELECT * FROM {raw}
           WHERE "timestamp" IS NULL
+        )"""
+    ))
+
+
+@macro()
+def newest_call_logs(evaluator, trajectories, near_batch=None):
+    """The llm_call_logs rows the models use, one per call id, as a derived table (call_id,
+    log_id, source_id, trajectory_id, step_id, call_time): of the rows with a callId whose
+    trajectory is in `trajectories` (a relation with source_id, trajectory_id, window_start and
+    window_end) and stamped near its window (@logged_near_window), the newest (createdAt, then
+    id). The others are babylon.rejected_rows' duplicate_call_id. With `near_batch := TRUE` it
+    reads only the logs stamped near the batch's days (@call_logs_near_batch)."""
+    logs = call_logs_near_batch(evaluator).sql("duckdb") if near_batch else f"{evaluator.var('raw_schema', 'raw')}.llm_call_logs"
+    near = logged_near_window(evaluator, exp.column("timestamp", table="l", quoted=True),
+                              exp.column("window_start", table="t"), exp.column("window_end", table="t")).sql("duckdb")
+    return evaluator.transform(evaluator.parse_one(
+        f"""(
+          SELECT call_id, log_id, source_id, trajectory_id, step_id, call_time
+          FROM (
+            SELECT
+              l."callId" AS call_id,
+              l."id" AS log_id,
+              t.source_id,
+              t.trajectory_id,
+              l."stepId" AS step_id,
+              l."timestamp" AS call_time,
+              ROW_NUMBER() OVER (PARTITION BY l."callId" ORDER BY l."createdAt" DESC, l."id" DESC) AS newest_first
+            FROM {logs} AS l
+            JOIN {trajectories.sql("duckdb")} AS t
+              ON t.trajectory_id = l."trajectoryId"
+            WHERE NULLIF(l."callId", '') IS NOT NULL
+              AND {near}
+          ) AS logged
+          WHERE newest_first = 1
         )"""
     ))

@@ -7,6 +7,15 @@ from datetime import datetime, timedelta
 
 import psycopg
 
+# The llm_call_logs rows a build stages: one per call id of a staged trajectory, stamped within
+# call_log_margin_hours (a day) of its window. Worked out here from the raw rows, to check
+# babylon.rejected_rows against: raw rows = staged rows + rejected rows.
+STAGED_CALL_LOGS_SQL = """
+    SELECT count(DISTINCT l."callId") FROM raw.llm_call_logs AS l
+    JOIN staging.trajectories AS t ON t.trajectory_id = l."trajectoryId"
+    WHERE l."callId" <> '' AND (l."timestamp" IS NULL OR l."timestamp" >= t.window_start - INTERVAL 1 DAY
+                                AND l."timestamp" < t.window_end + INTERVAL 1 DAY)"""
+
 
 def trajectory(
     traj_id: str,

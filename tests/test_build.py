@@ -342,7 +342,7 @@ def test_a_model_failing_on_a_changed_window_is_named_and_the_window_stays_dirty
     result = run_cli("build")
     assert result.exit_code == 2
     message = result.output.strip().splitlines()[-1]
-    assert "staging.llm_calls failed" in message and "llm_call_logs" in message, message
+    assert "staging.trajectory_checks failed" in message and "llm_call_logs" in message, message
     assert _warehouse(home, "SELECT strftime(window_start, '%Y-%m-%dT%H:%M') FROM meta.dirty_windows") == [(window,)]
 
 
@@ -381,15 +381,16 @@ def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path, m
     assert calls > 2 * warehouse.ROW_GROUP_SIZE
     assert len(groups) >= calls // warehouse.ROW_GROUP_SIZE
     assert max(rows for _, rows in groups) <= warehouse.ROW_GROUP_SIZE
-    assert _warehouse(home, "SELECT count(*) FROM staging.llm_calls")[0][0] > 0
+    assert _warehouse(home, "SELECT sum(llm_calls) FROM babylon.training_samples")[0][0] > 0
 
 
-def test_an_llm_calls_batch_reads_only_the_logs_near_its_days(run_cli, home: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """staging.llm_calls filters llm_call_logs on `timestamp` in a form DuckDB checks against the
-    row groups' min/max: a batch of one day skips the row groups of the other weeks. (Written as
-    `timestamp IS NULL OR timestamp BETWEEN ...`, DuckDB skipped none, and every batch of a 1M
-    build read all 13.2M logs.)"""
+@pytest.mark.parametrize("model", ["staging.trajectory_checks", "babylon.training_samples"])
+def test_a_batch_reads_only_the_logs_near_its_days(run_cli, home: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, model: str) -> None:
+    """The models that read llm_call_logs filter it on `timestamp` in a form DuckDB checks
+    against the row groups' min/max: a batch of one day skips the row groups of the other weeks.
+    (Written as `timestamp IS NULL OR timestamp BETWEEN ...`, DuckDB skipped none, and every
+    batch of a 1M build read all 13.2M logs.)"""
     from babylon_rl import build, warehouse
     from babylon_rl.settings import Home
 
@@ -400,7 +401,7 @@ def test_an_llm_calls_batch_reads_only_the_logs_near_its_days(run_cli, home: Pat
     assert run_cli("build").exit_code == 0
     context = build.sqlmesh_context(Home(home))
     try:
-        batch = context.render("staging.llm_calls", start="2025-01-30", end="2025-01-30").sql("duckdb")
+        batch = context.render(model, start="2025-01-30", end="2025-01-30").sql("duckdb")
     finally:
         context.close()
 

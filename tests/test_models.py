@@ -17,6 +17,7 @@ from babylon_rl import db
 from babylon_rl.build import plan_prod
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.warehouse import connect, create_raw_schema
+from tests.game_rows import STAGED_CALL_LOGS_SQL
 
 COLUMNS = {
     "trajectories": ["id", "trajectoryId", "agentId", "startTime", "endTime", "durationMs", "windowId", "windowHours",
@@ -202,7 +203,7 @@ def test_rejected_rows_reconcile(home: Path) -> None:
     assert rejected[("market_outcomes", "mo-badwin")] == "bad_window_id"
     staged = {
         "trajectories": query(home, "SELECT COUNT(*) FROM staging.trajectories")[0][0],
-        "llm_call_logs": query(home, "SELECT COUNT(log_id) FROM staging.llm_calls")[0][0],
+        "llm_call_logs": query(home, STAGED_CALL_LOGS_SQL)[0][0],
         "market_outcomes": query(home, "SELECT COUNT(*) FROM staging.market_outcomes")[0][0],
     }
     for table, table_rows in rows.items():
@@ -243,13 +244,13 @@ def test_restating_a_window_picks_up_a_late_row(home: Path) -> None:
 
 
 @pytest.mark.parametrize(("trajectories", "batch_threads"), [(122_879, 3), (122_880, 1)])
-def test_llm_calls_runs_on_one_thread_where_duckdb_would_parse_on_two(home: Path, trajectories: int, batch_threads: int) -> None:
-    """staging.llm_calls runs on one DuckDB thread from the size at which DuckDB would parse
+def test_the_calls_parse_runs_on_one_thread_where_duckdb_would_parse_on_two(home: Path, trajectories: int, batch_threads: int) -> None:
+    """babylon.training_samples (which parses the calls) runs on one DuckDB thread from the size at which DuckDB would parse
     raw.trajectories' stepsJson on two (macros/threads.py), on the connection's threads below
     it, and its post-statement gives the connection back the count it had. (On PostgreSQL both
     render to nothing: test_models_plan_and_apply_on_postgres.)"""
     Home.resolve(home).ensure()
-    model = Context(paths=str(PROJECT_ROOT)).get_model("staging.llm_calls")
+    model = Context(paths=str(PROJECT_ROOT)).get_model("babylon.training_samples")
     conn = duckdb.connect(config={"threads": 3})
     conn.execute(f"CREATE SCHEMA raw; CREATE TABLE raw.trajectories AS SELECT range AS id FROM range({trajectories})")
 

@@ -10,8 +10,9 @@
                       callId), trajectory_not_built
      market_outcomes  the staging checks (staging.market_outcome_checks), plus
                       bad_window_id and window_not_built
-   Staged rows are: staging.trajectories, staging.llm_calls rows with a log_id,
-   staging.market_outcomes. */
+   Staged rows are: staging.trajectories, the newest llm_call_logs row of each call id of a
+   staged trajectory stamped near its window (the calls of babylon.training_samples and
+   staging.trajectory_checks.llm_calls), staging.market_outcomes. */
 MODEL (
   name babylon.rejected_rows,
   kind VIEW,
@@ -58,6 +59,18 @@ trajectory_rejects AS (
   WHERE c.source_id IS NULL
 ),
 
+staged_trajectories AS (
+  SELECT source_id, trajectory_id, window_start, window_end
+  FROM checked_trajectories
+  WHERE reject_reason IS NULL
+),
+
+/* the log row each call keeps, as babylon.training_samples and staging.trajectory_checks keep it */
+staged_call_logs AS (
+  SELECT call_id, log_id
+  FROM @newest_call_logs(staged_trajectories) AS l
+),
+
 call_log_rejects AS (
   SELECT
     l."id" AS source_id,
@@ -72,13 +85,13 @@ call_log_rejects AS (
         WHERE c.trajectory_id = l."trajectoryId" AND c.reject_reason IS NULL
           AND NOT @logged_near_window(l."timestamp", c.window_start, c.window_end)
       ) THEN 'call_outside_window'
-      WHEN EXISTS (SELECT 1 FROM staging.llm_calls AS s WHERE s.call_id = l."callId" AND s.log_id IS NOT NULL) THEN 'duplicate_call_id'
+      WHEN EXISTS (SELECT 1 FROM staged_call_logs AS s WHERE s.call_id = l."callId") THEN 'duplicate_call_id'
       ELSE 'trajectory_not_built'
     END AS reason,
     'llm_call_logs row ' || l."id" || ' of trajectory ' || COALESCE(l."trajectoryId", 'NULL')
       || CASE WHEN l."timestamp" IS NOT NULL THEN ' stamped ' || CAST(l."timestamp" AS TEXT) ELSE '' END AS detail
   FROM @raw_schema.llm_call_logs AS l
-  LEFT JOIN staging.llm_calls AS s
+  LEFT JOIN staged_call_logs AS s
     ON s.log_id = l."id"
   WHERE s.log_id IS NULL
 ),

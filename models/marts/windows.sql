@@ -64,19 +64,11 @@ trajectory_figures AS (
     MAX(window_end) AS window_end,
     COUNT(*) AS trajectories,
     SUM(steps) AS steps,
+    SUM(llm_calls) AS llm_calls,
     SUM(trades) AS trades,
     SUM(errors) AS errors
   FROM staged_trajectories
   GROUP BY window_id
-),
-
-call_figures AS (
-  SELECT t.window_id, COUNT(*) AS llm_calls
-  FROM staging.llm_calls AS c
-  JOIN staged_trajectories AS t
-    ON t.source_id = c.source_id
-  WHERE c.window_start BETWEEN @start_ts AND @end_ts
-  GROUP BY t.window_id
 ),
 
 agent_spread AS (
@@ -108,7 +100,7 @@ SELECT
   COALESCE(a.agents, 0)::INT AS agents,
   COALESCE(t.trajectories, 0)::INT AS trajectories,
   COALESCE(t.steps, 0)::INT AS steps,
-  COALESCE(l.llm_calls, 0)::INT AS llm_calls,
+  COALESCE(t.llm_calls, 0)::INT AS llm_calls,
   COALESCE(t.trades, 0)::INT AS trades,
   COALESCE(t.errors, 0)::INT AS errors,
   a.pnl_mean::DOUBLE AS pnl_mean,
@@ -122,8 +114,6 @@ SELECT
 FROM babylon.window_market_context AS c
 LEFT JOIN trajectory_figures AS t
   ON t.window_id = c.window_id
-LEFT JOIN call_figures AS l
-  ON l.window_id = c.window_id
 LEFT JOIN agent_spread AS a
   ON a.window_id = c.window_id
 LEFT JOIN market_summary AS m

@@ -2,10 +2,15 @@
    verdict of the staging checks. `reject_reason` is NULL for rows that are staged
    (staging.trajectories) and names the first failed check otherwise (babylon.rejected_rows):
      no_trajectory_id, no_agent, duplicate_trajectory_id (an older row of the same
-     trajectoryId), steps_not_json, steps_not_array, no_steps, a step problem of
-     staging.step_rows (step_not_object, unknown_step_shape, llm_calls_not_array,
-     llm_call_without_response), no_pnl (finalPnL NULL/NaN and no step with agentPnL).
-   P&L is finalPnL, else the agentPnL of the last step that has one. */
+     trajectoryId), steps_not_json, steps_not_array, no_steps, a step problem
+     (step_not_object, unknown_step_shape, llm_calls_not_array, llm_call_without_response),
+     no_pnl (finalPnL NULL/NaN and no step with agentPnL).
+   P&L is finalPnL, else the agentPnL of the last step that has one.
+   The steps are parsed here, in the batch's CTEs, and not stored (@parse_steps: one
+   json_transform of stepsJson with the step fields of both shapes, docs/TABLES.md, and of
+   each LLM call only its id and whether it has a response); babylon.training_samples
+   parses the calls' text itself. `llm_calls` counts the calls of the steps and those only
+   in llm_call_logs, by call id, as babylon.training_samples merges them. */
 MODEL (
   name staging.trajectory_checks,
   kind INCREMENTAL_BY_TIME_RANGE (
@@ -61,7 +66,7 @@ MODEL (
     start_time = 'startTime (UTC)',
     end_time = 'endTime (UTC)',
     steps = 'Steps in stepsJson',
-    llm_calls = 'LLM calls over all steps of stepsJson',
+    llm_calls = 'LLM calls: those of stepsJson and those only in llm_call_logs (by call id, as babylon.training_samples merges them)',
     actions = 'Steps with an action (HOLD included)',
     trades = 'Successful actions other than HOLD',
     wins = 'Trades with result.pnl > 0',
@@ -113,10 +118,120 @@ trajectories_windowed AS (
   FROM trajectories_typed
 ),
 
+steps_parsed AS (
+  SELECT "id" AS source_id, "trajectoryId" AS trajectory_id, "stepsJson" AS steps_json, @parse_steps("stepsJson") AS steps
+  FROM @trajectories_in_range() AS t
+),
+
+steps_unnested AS (
+  SELECT source_id, trajectory_id, steps_json, @unnest_with_position(steps, step, step_position)
+  FROM steps_parsed
+),
+
+steps_fields AS (
+  SELECT
+    source_id,
+    trajectory_id,
+    step_position,
+    @field(step, 'stepNumber') AS step_number_text,
+    @field(step, 'stepId') AS step_id_text,
+    @field_present(step, 'environmentState') AS has_state,
+    @field(step, 'environmentState', 'agentPnL') AS pnl_text,
+    @field_present(step, 'action') AS has_action,
+    @field(step, 'action', 'actionType') AS legacy_action_type,
+    @field(step, 'action', 'actionName') AS plugin_action_name,
+    LOWER(@field(step, 'action', 'success')) AS success_text,
+    NULLIF(@field(step, 'action', 'error'), '') AS action_error,
+    @field(step, 'action', 'result', 'pnl') AS action_pnl_text,
+    @field_present(step, 'observation') AS has_observation,
+    @call_list(step) AS llm_calls,
+    /* the struct cannot tell a non-object step or a non-array llmCalls from a missing one:
+       only those rare steps re-read their JSON type */
+    CASE
+      WHEN @call_list(step) IS NULL THEN @json_kind_at(steps_json, step, step_position, 'llmCalls')
+      ELSE 'array'
+    END AS llm_calls_kind,
+    CASE
+      WHEN @field(step, 'stepNumber') IS NULL AND @field(step, 'stepId') IS NULL AND @field(step, 'timestamp') IS NULL
+       AND NOT @field_present(step, 'environmentState') AND NOT @field_present(step, 'action')
+       AND NOT @field_present(step, 'observation') AND @call_list(step) IS NULL
+      THEN @json_kind_at(steps_json, step, step_position)
+      ELSE 'object'
+    END AS step_kind
+  FROM steps_unnested
+),
+
+steps_typed AS (
+  SELECT
+    source_id,
+    trajectory_id,
+    step_position,
+    COALESCE(@safe_int(step_number_text), @safe_int(step_id_text), step_position) AS step_number,
+    CASE
+      WHEN step_kind <> 'object' THEN NULL
+      WHEN step_id_text IS NOT NULL OR plugin_action_name IS NOT NULL OR has_observation THEN 'plugin'
+      WHEN legacy_action_type IS NOT NULL OR has_state THEN 'legacy'
+    END AS step_shape,
+    @safe_double(pnl_text) AS agent_pnl,
+    CASE WHEN has_action THEN COALESCE(legacy_action_type, plugin_action_name) END AS action_type,
+    CASE success_text WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END AS action_success,
+    action_error,
+    @safe_double(action_pnl_text) AS action_pnl,
+    CASE WHEN llm_calls_kind = 'array' THEN llm_calls END AS llm_calls,
+    llm_calls_kind,
+    step_kind
+  FROM steps_fields
+),
+
 steps_in_range AS (
-  SELECT source_id, step_position, llm_call_count, is_action, is_trade, is_win, is_error, agent_pnl, problem
-  FROM staging.step_rows
-  WHERE window_start BETWEEN @start_ts AND @end_ts
+  SELECT
+    source_id,
+    trajectory_id,
+    step_position,
+    step_number,
+    agent_pnl,
+    llm_calls,
+    action_type IS NOT NULL AS is_action,
+    COALESCE(action_success AND action_type <> 'HOLD', FALSE) AS is_trade,
+    COALESCE(action_success AND action_type <> 'HOLD' AND action_pnl > 0, FALSE) AS is_win,
+    action_type IS NOT NULL AND (action_success = FALSE OR action_error IS NOT NULL) AS is_error,
+    COALESCE(@list_length(llm_calls), 0) AS llm_call_count,
+    CASE
+      WHEN step_kind IS DISTINCT FROM 'object' THEN 'step_not_object'
+      WHEN step_shape IS NULL THEN 'unknown_step_shape'
+      WHEN llm_calls_kind NOT IN ('array', 'null') THEN 'llm_calls_not_array'
+      WHEN @calls_missing(llm_calls, 'response') > 0 THEN 'llm_call_without_response'
+    END AS problem
+  FROM steps_typed
+),
+
+/* the ids babylon.training_samples gives the steps' calls (docs/TABLES.md "Call ids") */
+step_call_ids AS (
+  SELECT
+    source_id,
+    COALESCE(
+      NULLIF(@field(llm_call, 'callId'), ''),
+      trajectory_id || ':' || CAST(step_number AS TEXT) || ':' || CAST(call_index AS TEXT)
+    ) AS call_id
+  FROM (
+    SELECT source_id, trajectory_id, step_number, @unnest_with_position(llm_calls, llm_call, call_index)
+    FROM steps_in_range
+    WHERE llm_call_count > 0
+  ) AS calls
+),
+
+trajectories_once AS (
+  SELECT source_id, trajectory_id, window_start, window_start + INTERVAL 1 HOUR * window_hours AS window_end
+  FROM trajectories_windowed
+  WHERE newest_first = 1
+),
+
+/* calls only llm_call_logs holds, kept as babylon.training_samples keeps them */
+logged_only_calls AS (
+  SELECT l.source_id, COUNT(*) AS calls
+  FROM @newest_call_logs(trajectories_once, near_batch := TRUE) AS l
+  WHERE NOT EXISTS (SELECT 1 FROM step_call_ids AS s WHERE s.source_id = l.source_id AND s.call_id = l.call_id)
+  GROUP BY l.source_id
 ),
 
 step_figures AS (
@@ -178,7 +293,7 @@ trajectories_checked AS (
   SELECT
     t.*,
     COALESCE(f.steps, 0) AS steps,
-    COALESCE(f.llm_calls, 0) AS llm_calls,
+    COALESCE(f.llm_calls, 0) + COALESCE(o.calls, 0) AS llm_calls,
     COALESCE(f.actions, 0) AS actions,
     COALESCE(f.trades, 0) AS trades,
     COALESCE(f.wins, 0) AS wins,
@@ -204,6 +319,8 @@ trajectories_checked AS (
     ON l.source_id = t.source_id
   LEFT JOIN unparsed_steps AS u
     ON u.source_id = t.source_id
+  LEFT JOIN logged_only_calls AS o
+    ON o.source_id = t.source_id
 )
 
 SELECT

@@ -17,7 +17,7 @@ from babylon_rl import db
 from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import BuildParams
 from tests.conftest import _admin_connection, database_url
-from tests.game_rows import insert, trajectory
+from tests.game_rows import STAGED_CALL_LOGS_SQL, insert, trajectory
 from tests.reliability.conftest import simulate_game
 from tests.reliability.support import warehouse_rows
 
@@ -127,7 +127,7 @@ def build_all(home: Path, url: str) -> None:
 
 def reconcile(home: Path) -> dict[str, tuple[int, int, int]]:
     staged = {"trajectories": "SELECT count(*) FROM staging.trajectories",
-              "llm_call_logs": "SELECT count(log_id) FROM staging.llm_calls",
+              "llm_call_logs": STAGED_CALL_LOGS_SQL,
               "market_outcomes": "SELECT count(*) FROM staging.market_outcomes"}
     out = {}
     for table in TABLES:
