@@ -98,7 +98,7 @@ config = Config.model_validate({
                     "memory_limit": "1GB",
                     # inserts stream instead of buffering to keep row order (no table here has one)
                     "preserve_insertion_order": False,
-                    # DuckDB's build/probe swap hashes the wide side of the calls' joins (training_samples; the
+                    # DuckDB's build/probe swap hashes the wide side of the calls' joins (training_chats; the
                     # calls' text) instead of the narrow one: 3x slower and near the memory limit
                     "disabled_optimizers": "build_side_probe_side",
                     # the toolkit writes raw.* in row groups of 8,192 rows (babylon_rl.warehouse.ROW_GROUP_SIZE);

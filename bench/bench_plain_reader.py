@@ -18,8 +18,9 @@ own under /usr/bin/time -v (wall seconds and peak RSS):
    `cli.py dataset build` with its defaults (as a user runs it), and also of every window (what
    the plain reader hands its trainer).
 4. **one new window**: `simulate` one more window of --new-agents trajectories, then the plain
-   reader reads everything again (it keeps no state) against `cli.py build` (snapshot + models)
-   and a `dataset build` of that window; then one more window again, built by a resident
+   reader reads everything again (it keeps no state) against `cli.py build` (snapshot + models),
+   `cli.py build` again with nothing new (the floor of a new process: Python, SQLMesh's import,
+   the project's load and plan, the snapshot's check) and a `dataset build` of that window; then one more window again, built by a resident
    `cli.py build --every` (SQLMesh imported and the project loaded before the window arrives).
 5. **a changed mart**: `agent_window_pnl.sql` edited in a copy of the project, then `cli.py build`
    of that copy on the same home: SQLMesh recomputes that mart and the marts that read it.
@@ -223,6 +224,9 @@ def _bench(url: str, home: Path, agents: int, windows: int, new_agents: int) -> 
     _line("one new window: plain re-read", reread_s, reread_rss)
     one_s, one_rss, _ = run_cli(home, *source, "build")
     _line("one new window: build", one_s, one_rss, f"{one_s / reread_s:.3f}x the re-read")
+    idle_s, idle_rss, _ = run_cli(home, *source, "build")
+    _line("floor: a build with nothing new", idle_s, idle_rss,
+          f"{idle_s / reread_s:.3f}x the re-read: a new process's Python, SQLMesh and snapshot check, no window")
     one_data_s, one_data_rss, _ = run_cli(home, "dataset", "build", "--name", "newest", "--lookback-hours", "1",
                                        "--max-group-size", "100000", "--min-actions", "0", "--min-agents", "2", "--eval-fraction", "0")
     _line("one new window: dataset build", one_data_s, one_data_rss,

@@ -384,7 +384,7 @@ def test_raw_tables_keep_small_row_groups_through_a_build(run_cli, home: Path, m
     assert _warehouse(home, "SELECT sum(llm_calls) FROM babylon.training_samples")[0][0] > 0
 
 
-@pytest.mark.parametrize("model", ["staging.trajectory_checks", "babylon.training_samples"])
+@pytest.mark.parametrize("model", ["staging.trajectory_checks", "staging.training_chats"])
 def test_a_batch_reads_only_the_logs_near_its_days(run_cli, home: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch, model: str) -> None:
     """The models that read llm_call_logs filter it on `timestamp` in a form DuckDB checks
@@ -600,10 +600,10 @@ def test_ctrl_c_during_build_says_interrupted_and_dataset_build_refuses_until_a_
     assert run_cli("build").exit_code == 0
     assert run_cli("simulate", "--agents", "3", "--windows", "1", "--target", "duckdb").exit_code == 0  # a 4th window
     with monkeypatch.context() as patched:
-        _ctrl_c_after(patched, "babylon.windows", in_query)
+        _ctrl_c_after(patched, "babylon.agent_window_pnl", in_query)
         result = run_cli("build", *(("--every", "0.001", "--builds", "2") if every else ()))
-    half = "SELECT (SELECT count(*) FROM babylon.windows), (SELECT count(DISTINCT window_id) FROM babylon.training_samples)"
-    assert _warehouse(home, half) == [(4, 3)]  # windows has the new window, training_samples (after it) not yet
+    half = "SELECT (SELECT count(DISTINCT window_id) FROM babylon.agent_window_pnl), (SELECT count(*) FROM babylon.windows)"
+    assert _warehouse(home, half) == [(4, 3)]  # agent_window_pnl has the new window, windows (after it) not yet
 
     assert result.exit_code == 130, result.output
     assert result.output.strip().splitlines()[-1] == (
@@ -626,13 +626,13 @@ def test_a_build_interrupted_after_applying_changed_models_is_finished_by_the_ne
     project = _copy_project(tmp_path, monkeypatch)
     assert run_cli("simulate", "--agents", "3", "--windows", "3", "--start", START, "--target", "duckdb").exit_code == 0
     assert run_cli("build").exit_code == 0
-    windows = project / "models" / "marts" / "windows.sql"
-    windows.write_text(windows.read_text().replace("WHERE c.window_start BETWEEN", "WHERE TRUE AND c.window_start BETWEEN"))
+    pnl = project / "models" / "marts" / "agent_window_pnl.sql"
+    pnl.write_text(pnl.read_text().replace("wins::INT AS wins", "(wins * 1)::INT AS wins"))
     with monkeypatch.context() as patched:
-        _ctrl_c_after(patched, "babylon.windows", in_query=False)
+        _ctrl_c_after(patched, "babylon.agent_window_pnl", in_query=False)
         assert run_cli("build").exit_code == 130
-    counts = "SELECT (SELECT count(*) FROM babylon.windows), (SELECT count(DISTINCT window_id) FROM babylon.training_samples)"
-    assert _warehouse(home, counts) == [(3, 0)]  # the new training_samples table is in prod, still empty
+    counts = "SELECT (SELECT count(DISTINCT window_id) FROM babylon.agent_window_pnl), (SELECT count(*) FROM babylon.windows)"
+    assert _warehouse(home, counts) == [(3, 0)]  # the new windows table (it reads agent_window_pnl) is in prod, still empty
 
     result = run_cli("build")
     assert result.exit_code == 0, result.output

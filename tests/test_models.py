@@ -245,12 +245,12 @@ def test_restating_a_window_picks_up_a_late_row(home: Path) -> None:
 
 @pytest.mark.parametrize(("trajectories", "batch_threads"), [(122_879, 3), (122_880, 1)])
 def test_the_calls_parse_runs_on_one_thread_where_duckdb_would_parse_on_two(home: Path, trajectories: int, batch_threads: int) -> None:
-    """babylon.training_samples (which parses the calls) runs on one DuckDB thread from the size at which DuckDB would parse
+    """staging.training_chats (which parses the calls) runs on one DuckDB thread from the size at which DuckDB would parse
     raw.trajectories' stepsJson on two (macros/threads.py), on the connection's threads below
     it, and its post-statement gives the connection back the count it had. (On PostgreSQL both
     render to nothing: test_models_plan_and_apply_on_postgres.)"""
     Home.resolve(home).ensure()
-    model = Context(paths=str(PROJECT_ROOT)).get_model("babylon.training_samples")
+    model = Context(paths=str(PROJECT_ROOT)).get_model("staging.training_chats")
     conn = duckdb.connect(config={"threads": 3})
     conn.execute(f"CREATE SCHEMA raw; CREATE TABLE raw.trajectories AS SELECT range AS id FROM range({trajectories})")
 

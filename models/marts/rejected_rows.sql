@@ -11,7 +11,7 @@
      market_outcomes  the staging checks (staging.market_outcome_checks), plus
                       bad_window_id and window_not_built
    Staged rows are: staging.trajectories, the newest llm_call_logs row of each call id of a
-   staged trajectory stamped near its window (the calls of babylon.training_samples and
+   staged trajectory stamped near its window (the calls of staging.training_chats and
    staging.trajectory_checks.llm_calls), staging.market_outcomes. */
 MODEL (
   name babylon.rejected_rows,
@@ -65,7 +65,7 @@ staged_trajectories AS (
   WHERE reject_reason IS NULL
 ),
 
-/* the log row each call keeps, as babylon.training_samples and staging.trajectory_checks keep it */
+/* the log row each call keeps, as staging.training_chats and staging.trajectory_checks keep it */
 staged_call_logs AS (
   SELECT call_id, log_id
   FROM @newest_call_logs(staged_trajectories) AS l

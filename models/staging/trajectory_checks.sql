@@ -8,9 +8,9 @@
    P&L is finalPnL, else the agentPnL of the last step that has one.
    The steps are parsed here, in the batch's CTEs, and not stored (@parse_steps: one
    json_transform of stepsJson with the step fields of both shapes, docs/TABLES.md, and of
-   each LLM call only its id and whether it has a response); babylon.training_samples
+   each LLM call only its id and whether it has a response); staging.training_chats
    parses the calls' text itself. `llm_calls` counts the calls of the steps and those only
-   in llm_call_logs, by call id, as babylon.training_samples merges them. */
+   in llm_call_logs, by call id, as staging.training_chats merges them. */
 MODEL (
   name staging.trajectory_checks,
   kind INCREMENTAL_BY_TIME_RANGE (
@@ -66,7 +66,7 @@ MODEL (
     start_time = 'startTime (UTC)',
     end_time = 'endTime (UTC)',
     steps = 'Steps in stepsJson',
-    llm_calls = 'LLM calls: those of stepsJson and those only in llm_call_logs (by call id, as babylon.training_samples merges them)',
+    llm_calls = 'LLM calls: those of stepsJson and those only in llm_call_logs (by call id, as staging.training_chats merges them)',
     actions = 'Steps with an action (HOLD included)',
     trades = 'Successful actions other than HOLD',
     wins = 'Trades with result.pnl > 0',
@@ -205,7 +205,7 @@ steps_in_range AS (
   FROM steps_typed
 ),
 
-/* the ids babylon.training_samples gives the steps' calls (docs/TABLES.md "Call ids") */
+/* the ids staging.training_chats gives the steps' calls (docs/TABLES.md "Call ids") */
 step_call_ids AS (
   SELECT
     source_id,
@@ -226,7 +226,7 @@ trajectories_once AS (
   WHERE newest_first = 1
 ),
 
-/* calls only llm_call_logs holds, kept as babylon.training_samples keeps them */
+/* calls only llm_call_logs holds, kept as staging.training_chats keeps them */
 logged_only_calls AS (
   SELECT l.source_id, COUNT(*) AS calls
   FROM @newest_call_logs(trajectories_once, near_batch := TRUE) AS l
