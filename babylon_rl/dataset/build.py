@@ -39,7 +39,7 @@ def build(home: Home, params: BuildParams, force: bool = False, gateway: str = "
         snapshot_id, models = selection.source_versions(conn)
         chosen = sampling.plan(candidates.frame, params)
         kept = _kept_rows(candidates.frame, chosen)
-        kept = kept.with_columns(selection.fetch_messages(conn, kept["trajectory_id"]).alias("messages"))
+        kept = kept.with_columns(selection.fetch_messages(conn, kept.select("trajectory_id", "window_start")).alias("messages"))
         contexts = selection.fetch_contexts(conn, kept["window_id"])
     finally:
         conn.close()

@@ -160,13 +160,17 @@ def load_candidates(conn: duckdb.DuckDBPyConnection, params: BuildParams) -> Can
     return Candidates(frame=frame, anchor=anchor)
 
 
-def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -> pl.Series:
-    """The messages of the kept trajectories, in the order given: one semi-join, not one query per row.
+def fetch_messages(conn: duckdb.DuckDBPyConnection, kept_rows: pl.DataFrame) -> pl.Series:
+    """The messages of the kept trajectories (trajectory_id, window_start), in their order: one
+    semi-join, not one query per row.
 
     The kept ids are the semi-join's build side; the mart's chats only stream past it and out of DuckDB,
     and Polars puts them in order. Joining or sorting the chats inside DuckDB held
-    all of them (GBs at 100k trajectories) under the warehouse's memory limit, and ran out of it."""
-    kept = pl.DataFrame({"trajectory_id": trajectory_ids})
+    all of them (GBs at 100k trajectories) under the warehouse's memory limit, and ran out of it.
+    The kept windows' range bounds the scan: babylon.training_samples is a view whose joins DuckDB
+    does not push the semi-join below, while a range on window_start it does (at 100k, 1,000 chats
+    of the last week: 1.3-2.0 s without it)."""
+    kept = kept_rows.select("trajectory_id")
     conn.register("kept_rows", kept.to_arrow())
     try:
         # Messages of many trajectories can exceed 2 GiB: Arrow large string buffers.
@@ -174,7 +178,8 @@ def fetch_messages(conn: duckdb.DuckDBPyConnection, trajectory_ids: pl.Series) -
         conn.execute("SET preserve_insertion_order = false")
         fetched = conn.execute(
             """SELECT trajectory_id, messages FROM babylon.training_samples
-               WHERE trajectory_id IN (SELECT trajectory_id FROM kept_rows)"""
+               WHERE window_start BETWEEN ? AND ? AND trajectory_id IN (SELECT trajectory_id FROM kept_rows)""",
+            [kept_rows["window_start"].min(), kept_rows["window_start"].max()],
         ).pl()
     finally:
         conn.execute("RESET preserve_insertion_order")  # the later queries on this connection keep their order
