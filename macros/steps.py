@@ -7,8 +7,8 @@ staging.trajectory_checks reads it. `@parse_step_calls(doc)` reads the same text
 calls with all their fields (the steps as their numbers and lists of calls), in
 staging.training_chats, which turns them into chats. Each model parses once and stores
 neither steps nor calls: only the figures and the checks (trajectory_checks) and the chats
-(training_chats). A document that is not valid JSON or not an array gives NULL. The fields are then read with
-`@field(value, key, ...)` (struct access on DuckDB, jsonb_extract_path_text on PostgreSQL),
+(training_chats). A document that is not valid JSON or not an array gives NULL. The fields
+are then read with `@field(value, key, ...)` (struct access on DuckDB, jsonb_extract_path_text on PostgreSQL),
 always as text, and cast with @safe_double / @safe_int, so a number logged as a string or
 garbage where a number belongs becomes NULL instead of failing the build.
 

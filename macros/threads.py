@@ -5,7 +5,8 @@ counts with its default row-group size, whatever size the row groups were writte
 a JSON parse runs in the scan's pipeline. So up to 122,879 trajectories stepsJson is parsed
 on one thread, and beyond on two, each holding a vector of 2,048 parsed documents: at 1M
 trajectories the batches that parse the calls (then staging.llm_calls, now
-staging.training_chats) peaked 230-350 MB higher than on one thread, for the same batches (docs/BENCHMARKS.md, "One thread for the stepsJson parse"). A model that calls
+staging.training_chats) peaked 230-350 MB higher than on one thread, for the same batches
+(docs/BENCHMARKS.md, "One thread for the stepsJson parse"). A model that calls
 
     @single_threaded_parse();  -- before its query
     ...query...;
