@@ -1,10 +1,11 @@
 /* One row per trajectory usable for training (isTrainingData and not isEvaluation): the
    chat exactly as the agent saw and answered it, with its outcome; babylon.training_samples
    adds its standing in the window. A table of its own, so that a change of the P&L marts
-   does not parse the calls again. `messages` is a JSON array of {role, content}: the agent's system prompt, then
-   for every LLM call of every step, in order, the call's input turns (the non-system turns
-   of its `messages` where logged, else its userPrompt) and its answer (assistant). A system
-   turn is repeated only where a call's system prompt changes. No ground truth enters here.
+   does not parse the calls again. `messages` is a JSON array of {role, content}: the
+   agent's system prompt, then for every LLM call of every step, in order, the call's input
+   turns (the non-system turns of its `messages` where logged, else its userPrompt) and its
+   answer (assistant). A system turn is repeated only where a call's system prompt changes.
+   No ground truth enters here.
    The calls are read here, batch by batch, and not stored on their own: the calls of
    stepsJson (@parse_step_calls, every call field) and the rows of llm_call_logs, merged by
    call id (docs/TABLES.md "Call ids": the call's own callId in the plugin shape, else
