@@ -23,6 +23,7 @@ import json
 
 from sqlglot import exp
 
+from macros.json import safe_int
 from sqlmesh import macro
 
 _TEXT = "VARCHAR"
@@ -144,6 +145,27 @@ def call_list(evaluator, step):
     if _on_spark(evaluator):
         return _struct_path(step, ["llmCalls"])
     return exp.Anonymous(this="struct_extract", expressions=[step, exp.Literal.string("llmCalls")])
+
+
+@macro()
+def step_number(evaluator, step, position):
+    """The step's number (docs/TABLES.md "Call ids"): stepNumber, else stepId, when an integer;
+    else its position in stepsJson."""
+    number, step_id = (safe_int(evaluator, field(evaluator, step.copy(), exp.Literal.string(key))) for key in ("stepNumber", "stepId"))
+    return exp.Coalesce(this=number, expressions=[step_id, position])
+
+
+@macro()
+def call_id(evaluator, llm_call, trajectory_id, step_number, call_index):
+    """The call's id (docs/TABLES.md "Call ids"): its callId when not empty, else
+    {trajectoryId}:{stepNumber}:{its index in the step}, as staging.trajectory_checks counts the
+    calls and staging.training_chats merges them with llm_call_logs."""
+    made_up = exp.DPipe(this=trajectory_id, expression=exp.Literal.string(":"))
+    made_up = exp.DPipe(this=made_up, expression=exp.cast(step_number, "TEXT"))
+    made_up = exp.DPipe(this=made_up, expression=exp.Literal.string(":"))
+    made_up = exp.DPipe(this=made_up, expression=exp.cast(call_index, "TEXT"))
+    own = exp.Nullif(this=field(evaluator, llm_call, exp.Literal.string("callId")), expression=exp.Literal.string(""))
+    return exp.Coalesce(this=own, expressions=[made_up])
 
 
 @macro()

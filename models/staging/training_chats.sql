@@ -20,7 +20,7 @@ MODEL (
   name staging.training_chats,
   kind INCREMENTAL_BY_TIME_RANGE (
     time_column window_start,
-    batch_size 72 -- hours per query (three days): ordering and joining the chats of a week comes near the memory limit
+    batch_size 120 -- hours per query (five days): the calls' join, order and aggregate stay under the memory limit
   ),
   grain trajectory_id,
   audits (
@@ -100,18 +100,14 @@ step_calls_unnested AS (
     source_id,
     trajectory_id,
     step_position,
-    /* as staging.trajectory_checks numbers the steps */
-    COALESCE(@safe_int(@field(step, 'stepNumber')), @safe_int(@field(step, 'stepId')), step_position) AS step_number,
+    @step_number(step, step_position) AS step_number,
     @unnest_with_position(@call_list(step), llm_call, call_index)
   FROM step_call_lists
 ),
 
 step_calls AS (
   SELECT
-    COALESCE(
-      NULLIF(@field(llm_call, 'callId'), ''),
-      trajectory_id || ':' || CAST(step_number AS TEXT) || ':' || CAST(call_index AS TEXT)
-    ) AS call_id,
+    @call_id(llm_call, trajectory_id, step_number, call_index) AS call_id,
     source_id,
     step_position,
     step_number,

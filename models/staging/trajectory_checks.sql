@@ -133,7 +133,7 @@ steps_fields AS (
     source_id,
     trajectory_id,
     step_position,
-    @field(step, 'stepNumber') AS step_number_text,
+    @step_number(step, step_position) AS step_number,
     @field(step, 'stepId') AS step_id_text,
     @field_present(step, 'environmentState') AS has_state,
     @field(step, 'environmentState', 'agentPnL') AS pnl_text,
@@ -166,7 +166,7 @@ steps_typed AS (
     source_id,
     trajectory_id,
     step_position,
-    COALESCE(@safe_int(step_number_text), @safe_int(step_id_text), step_position) AS step_number,
+    step_number,
     CASE
       WHEN step_kind <> 'object' THEN NULL
       WHEN step_id_text IS NOT NULL OR plugin_action_name IS NOT NULL OR has_observation THEN 'plugin'
@@ -209,10 +209,7 @@ steps_in_range AS (
 step_call_ids AS (
   SELECT
     source_id,
-    COALESCE(
-      NULLIF(@field(llm_call, 'callId'), ''),
-      trajectory_id || ':' || CAST(step_number AS TEXT) || ':' || CAST(call_index AS TEXT)
-    ) AS call_id
+    @call_id(llm_call, trajectory_id, step_number, call_index) AS call_id
   FROM (
     SELECT source_id, trajectory_id, step_number, @unnest_with_position(llm_calls, llm_call, call_index)
     FROM steps_in_range
