@@ -12,6 +12,10 @@ are then read with `@field(value, key, ...)` (struct access on DuckDB, jsonb_ext
 always as text, and cast with @safe_double / @safe_int, so a number logged as a string or
 garbage where a number belongs becomes NULL instead of failing the build.
 
+`@step_number(step, position)` and `@call_id(llm_call, trajectory_id, step_number, call_index)`
+are the one rule by which both models number the steps and name the calls (docs/TABLES.md "Call
+ids"): trajectory_checks counts the calls by id, training_chats merges them with llm_call_logs by id.
+
 `@json_kind_at(doc, element, position[, key])` is the slow path for the few dirty steps the
 struct cannot classify (not an object, llmCalls not an array): the JSON type of
 doc[position] (or doc[position].key) as 'object', 'array', 'string', ...
