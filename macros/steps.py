@@ -23,6 +23,7 @@ doc[position] (or doc[position].key) as 'object', 'array', 'string', ...
 
 from __future__ import annotations
 
+import functools
 import json
 
 from sqlglot import exp
@@ -164,10 +165,8 @@ def call_id(evaluator, llm_call, trajectory_id, step_number, call_index):
     """The call's id (docs/TABLES.md "Call ids"): its callId when not empty, else
     {trajectoryId}:{stepNumber}:{its index in the step}, as staging.trajectory_checks counts the
     calls and staging.training_chats merges them with llm_call_logs."""
-    made_up = exp.DPipe(this=trajectory_id, expression=exp.Literal.string(":"))
-    made_up = exp.DPipe(this=made_up, expression=exp.cast(step_number, "TEXT"))
-    made_up = exp.DPipe(this=made_up, expression=exp.Literal.string(":"))
-    made_up = exp.DPipe(this=made_up, expression=exp.cast(call_index, "TEXT"))
+    parts = [trajectory_id, exp.Literal.string(":"), exp.cast(step_number, "TEXT"), exp.Literal.string(":"), exp.cast(call_index, "TEXT")]
+    made_up = functools.reduce(lambda left, right: exp.DPipe(this=left, expression=right), parts)
     own = exp.Nullif(this=field(evaluator, llm_call, exp.Literal.string("callId")), expression=exp.Literal.string(""))
     return exp.Coalesce(this=own, expressions=[made_up])
 
