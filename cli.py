@@ -177,6 +177,41 @@ def windows(obj: BabylonContext, lookback_hours: int, min_agents: int, as_of, as
     obj.windows(lookback_hours, min_agents, as_of, as_json)
 
 
+_TIME = click.DateTime(["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"])
+
+
+@cli.command()
+@click.option("--dataset", help="Rank on this dataset's windows (with --split) instead of the marts'.")
+@click.option("--split", type=click.Choice(["train", "validation", "eval"]), default="train", show_default=True,
+              help="With --dataset: the split whose windows are read (training chooses its teachers on train only).")
+@click.option("--since", type=_TIME, help="Without --dataset: only windows starting at or after this UTC time.")
+@click.option("--until", type=_TIME, help="Without --dataset: only windows starting before this UTC time.")
+@click.option("--gateway", type=click.Choice(["duckdb", "postgres", "spark"]), default="duckdb", show_default=True,
+              help="Without --dataset: whose babylon.agent_window_pnl to read (postgres: the game database's, --database-url).")
+@click.option("--resamples", type=click.IntRange(min=200), default=4000, show_default=True, help="Bootstrap resamples over windows.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+@error_handler
+def agents(obj: BabylonContext, **options) -> None:
+    """Agent standing: which agents beat their peers over many windows, beyond a corrected interval.
+
+    \b
+    Per agent: windows, decisions, P&L per window and per decision, P&L against the window's
+    median agent (one outlier cannot move a median) with a bootstrap interval over windows at
+    95 % corrected for the number of agents compared, the judge's mean score where the dataset
+    has scores, and whether it stands above or below its peers. `train --objective distill`
+    chooses its teachers this way on the train split.
+    \b
+    Examples:
+      python cli.py agents                                          # every built window
+      python cli.py agents --since 2025-01-10 --until 2025-01-17 --json
+      python cli.py agents --dataset quickstart --split train
+      python cli.py --database-url postgresql://postgres@127.0.0.1/babylon agents --gateway postgres
+    """
+    obj.agents(**options)
+
+
 @cli.command("simulate")
 @click.option("--agents", type=click.IntRange(min=1), default=20, show_default=True, help="Agents; each plays every window.")
 @click.option("--windows", type=click.IntRange(min=1), default=24, show_default=True, help="Windows to simulate.")
@@ -217,7 +252,6 @@ def _window_list(_ctx: click.Context, _param: click.Parameter, value: str | None
     return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 
 
-_TIME = click.DateTime(["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"])
 
 
 @cli.group()
@@ -452,7 +486,7 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate"]), default="grpo",
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"]), default="grpo",
               show_default=True,
               help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
@@ -460,7 +494,9 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
                    "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
                    "the policy fitted to softmax(reward / --reward-temperature) over them; menu = the same target with "
                    "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md); "
-                   "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline.")
+                   "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline; "
+                   "distill = the same, fitted only to the answers of the agents that stand above their peers on the train "
+                   "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
 @click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
@@ -489,6 +525,7 @@ def train(obj: BabylonContext, **options) -> None:
       python cli.py train --dataset demo --objective imitate --run-name demo-imitation --max-steps 12
       python cli.py train --dataset demo --objective counterfactual --groups-per-step 16 --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --objective menu --groups-per-step 32 --epochs 3 --eval-every 20 --keep-best
+      python cli.py train --dataset demo --objective distill --groups-per-step 32 --max-steps 12
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume
@@ -649,7 +686,7 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (the menu objective and the imitation baseline alike).")
+@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (distillation and the imitation baseline alike).")
 @click.option("--groups-per-step", type=click.IntRange(min=1), default=32, show_default=True, help="Decisions per step.")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-4, show_default=True)
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
@@ -666,9 +703,10 @@ def quickstart(obj: BabylonContext, **options) -> None:
     """The whole loop on the embedded default: simulate, build, dataset, SmolLM2, score, train, eval, report.
 
     \b
-    Training is the menu objective from frozen states (train --objective menu); the eval has
-    the base, the imitation baseline and the trained model answer from the menu, sharing the
-    base model's frozen blocks (eval --menu-shares).
+    Training distills the agents that stand above their peers on the train windows (train
+    --objective distill; `agents` shows the standing); the eval has the base, the imitation
+    baseline and the trained model answer from the menu, sharing the base model's frozen
+    blocks (eval --menu-shares), and claims learning on P&L and trade precision.
 
     \b
     DuckDB only: no server, no network. With --database-url the game data goes through a

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from babylon_rl.simulate import SimulationSummary
     from babylon_rl.lake import LakeResult
     from babylon_rl.snapshot import SnapshotResult
+    from babylon_rl.standing import Standing
     from babylon_rl.train.loop import TrainResult
 
 
@@ -159,6 +161,26 @@ class TerminalConsole(Console):
             table.add_row(row.window_id, str(row.agents), str(row.trajectories), std, "yes" if row.agents >= min_agents else "no")
         self.print(table)
         self.print(report.verdict)
+
+    def agent_standing(self, standing: Standing, as_json: bool) -> None:
+        if as_json:
+            self.print_json(json.dumps(standing.to_dict()))
+            return
+        table = Table(title=f"{standing.source}: {len(standing.windows)} windows; P&L against the window's median agent, "
+                            f"{standing.corrected_level:.1%} intervals ({standing.level:.0%} over {len(standing.agents)} agents)",
+                      title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+        scored = any(a.judge_score is not None for a in standing.agents)
+        columns = ["agent", "win", "P&L/win", "P&L/dec", "vs peers", "interval"] + (["judge"] if scored else []) + ["standing"]
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("agent", "standing") else "right", no_wrap=True)
+        for a in standing.agents:
+            score = [] if not scored else ["" if a.judge_score is None else f"{a.judge_score:.2f}"]
+            table.add_row(a.agent_id, str(a.windows), f"{a.pnl_per_window:+.1f}", f"{a.pnl_per_decision:+.2f}",
+                          f"{a.vs_peers.value:+.1f}", f"[{a.vs_peers.low:+.1f}, {a.vs_peers.high:+.1f}]", *score, a.standing)
+        self.print(table)
+        above = standing.above
+        self.print(f"{len(above)} of {len(standing.agents)} agents stand above their peers beyond the interval"
+                   + (f": {', '.join(a.agent_id for a in above)}" if above else ""))
 
     def simulation_summary(self, summary: SimulationSummary, where: str) -> None:
         table = Table(title=f"simulated into {where}", show_header=False)
@@ -287,17 +309,14 @@ class TerminalConsole(Console):
             yield on_policy
 
     def evaluated(self, result: EvalResult, json_path: Path, csv_path: Path) -> None:
-        from babylon_rl.evaluate.table import design_line, eval_table
+        from babylon_rl.evaluate.table import comparison_line, design_line, eval_table
 
         self.print(eval_table(result))
         for role, diff in result.comparison.items():
-            d, p = diff["direction_accuracy_diff"], diff["pnl_per_decision_diff"]
-            verdict = "beats it beyond the interval" if diff["beats_outside_interval"] else "does not beat it beyond the interval"
-            self.print(f"model vs {role}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], "
-                       f"P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]; {verdict}")
+            self.print(comparison_line(role, diff, "model"))
         if "baseline" in result.comparison or "constant" in result.comparison:
             shown = "shown" if result.learning_shown else \
-                "NOT shown (it must beat every reference, the baseline and the best constant at least, on both metrics)"
+                "NOT shown (it must beat every reference, the baseline and the best constant at least, on P&L and trade precision)"
             self.print(f"learning {shown}")
         design = design_line(result.design_check)
         if design:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from babylon_rl.judge.options import ScoreOptions
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.simulate import SimulationSummary
+    from babylon_rl.standing import Standing
     from babylon_rl.train.loop import TrainResult
     from babylon_rl.train.tiny import TinyResult
 
@@ -138,6 +139,37 @@ class BabylonContext:
         report = readiness.readiness(self.home, lookback_hours, min_agents, as_of)
         self.console.windows_report(report, lookback_hours, min_agents, as_of, as_json)
         return report
+
+    def agents(self, dataset: str | None = None, split: str = "train", since: datetime | None = None,
+               until: datetime | None = None, gateway: str = "duckdb", resamples: int = 4000, seed: int = 0,
+               as_json: bool = False) -> "Standing":
+        """Each agent's standing against its peers over many windows: a dataset's split, or the marts' windows in a range."""
+        from babylon_rl import standing
+
+        if dataset:
+            from babylon_rl.dataset.dataset import Dataset
+
+            opened = Dataset.open(self.home, dataset)
+            scores = None
+            if opened.has_scores():
+                import polars as pl
+
+                scores = pl.read_parquet(opened.scores_path(), columns=["trajectory_id", "score"])
+            rows, source = standing.of_split(opened, split, scores), f"the {split} windows of dataset {dataset!r}"
+        else:
+            from babylon_rl.dataset.selection import open_marts
+
+            span = (since.strftime("%Y-%m-%dT%H:%M") if since else None, until.strftime("%Y-%m-%dT%H:%M") if until else None)
+            conn = open_marts(self.home, gateway, self.database_url)
+            try:
+                rows = standing.of_marts(conn, *span)
+            finally:
+                conn.close()
+            source = f"babylon.agent_window_pnl ({gateway}), windows " + (
+                f"from {span[0] or 'the first'} to before {span[1]}" if span[1] else f"from {span[0] or 'the first'} on")
+        result = standing.standing(rows, source, seed, resamples)
+        self.console.agent_standing(result, as_json)
+        return result
 
     # -- simulate -----------------------------------------------------------------------
     def simulate(

@@ -1,9 +1,9 @@
 """`cli.py quickstart`: the whole loop on a fresh home, one BabylonContext method per stage.
 
-simulate -> build -> dataset build -> model init -> score -> train (the imitation baseline: the logged
-answers' menu entries, from frozen states) -> train (the menu objective, train/cached.py, on the baseline's
-frozen states) -> eval (the three models answer from the menu on one shared base: its frozen blocks run
-once) -> report. Each stage is the same method the individual command calls; this module only
+simulate -> build -> dataset build -> model init -> score -> train (the imitation baseline: every logged
+answer's menu entry, from frozen states) -> train (distill: the logged answers of the agents that stand above
+their peers on the train windows, chosen by the data and checked on validation; train/teachers.py) -> eval
+(the three models answer from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the individual command calls; this module only
 chooses the options, times the stages and prints where everything went. It drives a BabylonContext as the CLI does (cli.py calls
 run_quickstart), so the context does not know about it: no import cycle between the two.
 """
@@ -39,7 +39,7 @@ STAGES = 9
 @dataclass(frozen=True)
 class QuickstartOptions:
     # The defaults are sized to 2 CPU cores (docs/BENCHMARKS.md, "Quickstart"): SmolLM2-135M with LoRA on
-    # its top blocks, trained with the menu objective from frozen states (docs/TRAINING.md).
+    # its top blocks, distilling the agents the data proves best, from frozen states (docs/TRAINING.md).
     agents: int = 10
     # Many windows, two held-out decisions each: decisions of one window share its market moves, so the
     # eval's interval (a bootstrap over windows) narrows with windows, not decisions. 24 held-out windows
@@ -48,7 +48,7 @@ class QuickstartOptions:
     windows: int = 480
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
-    steps: int = 12  # training steps, the same for the menu objective and the imitation baseline
+    steps: int = 12  # training steps, the same for distillation and the imitation baseline
     groups_per_step: int = 32  # decisions per step
     learning_rate: float = 2e-4
     shares: int = 50  # the menu's trade size, and the references' in the eval
@@ -128,11 +128,10 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
     common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
                   groups_per_step=options.groups_per_step, max_steps=options.steps, shares=options.shares, seed=options.seed,
                   device=options.device)
-    # the baseline first: the menu run then reuses its frozen states (the same decisions, renamed alike; cached.SharedStates)
     with _stage(ctx, result, 6, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
         ctx.train(run_name=IMITATION, objective="menu-imitate", **common)
-    with _stage(ctx, result, 7, "train --objective menu (every menu answer priced, tickers renamed, frozen blocks once)"):
-        trained = ctx.train(run_name=NAME, objective="menu", **common)
+    with _stage(ctx, result, 7, "train --objective distill (the agents the data proves best on train windows)"):
+        trained = ctx.train(run_name=NAME, objective="distill", **common)
     with _stage(ctx, result, 8, "eval: trained vs base vs imitation vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=NAME, dataset=NAME, imitation=IMITATION, seed=options.seed, device=options.device,
                                                max_decisions_per_window=options.eval_decisions_per_window, menu_shares=options.shares))
@@ -162,32 +161,26 @@ def learning_verdict(evaluation) -> list[str]:
     """The learning check in words: does the trained model beat each reference beyond the interval?
 
     Learning is shown only when it beats every reference present (its base model and the best
-    constant action at least) on direction accuracy AND P&L per decision: a model that learnt one
-    fixed answer, or only the answer format, cannot pass.
+    constant action at least) on P&L per decision AND trade precision (evaluate/run.py): a model
+    that learnt one fixed answer, or only the answer format, cannot pass.
     """
-    constant = evaluation.constant.answer if evaluation.constant else "none: the dataset has no training decisions"
-    names = {"baseline": "its base model", "constant": f"the best constant action on train+validation ({constant})",
-             "logged": "the logged agents", "imitation": "imitation of the logged answers (same budget)"}
+    from babylon_rl.evaluate.table import comparison_line, design_line
+
     lines = []
     for role in ("baseline", "constant", "logged", "imitation"):
         diff = evaluation.comparison.get(role)
-        if not diff:
-            continue
-        d, p = diff["direction_accuracy_diff"], diff["pnl_per_decision_diff"]
-        verdict = "[bold green]BEATS[/bold green]" if diff["beats_outside_interval"] else "[bold red]does NOT beat[/bold red]"
-        lines.append(f"trained model {verdict} {names[role]}: direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], "
-                     f"P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]")
-    from babylon_rl.evaluate.table import design_line
-
+        if diff:
+            lines.append(comparison_line(role, diff).replace("BEATS", "[bold green]BEATS[/bold green]")
+                         .replace("does NOT beat", "[bold red]does NOT beat[/bold red]"))
     design = design_line(evaluation.design_check)
     if design:
         lines.append(design)
     if evaluation.learning_shown:
         lines.append("[bold green]learning shown[/bold green]: the trained model beats every reference on held-out windows, "
-                     "on both metrics, beyond the 95 % interval")
+                     "on P&L per decision and trade precision, beyond the 95 % interval")
     else:
         lines.append("[bold red]learning NOT shown[/bold red]: the trained model must beat every reference above on held-out "
-                     "windows, on direction accuracy and P&L per decision, beyond the 95 % interval")
+                     "windows, on P&L per decision and trade precision, beyond the 95 % interval")
     return lines
 
 

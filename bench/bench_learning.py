@@ -94,7 +94,7 @@ def splits(ctx: BabylonContext, args):
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.decisions import load_eval_set
     from babylon_rl.train.cached import next_look
-    from babylon_rl.train.grpo import Task, load_decision_data
+    from babylon_rl.train.decisions import Task, load_decision_data
 
     data = load_decision_data(ctx.home, "learn")
     rng = np.random.default_rng(args.seed)

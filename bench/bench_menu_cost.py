@@ -28,7 +28,7 @@ def main() -> None:
     from babylon_rl.settings import Home
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
     from babylon_rl.train.frozen import SplitModel
-    from babylon_rl.train.grpo import load_decision_data
+    from babylon_rl.train.decisions import load_decision_data
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)

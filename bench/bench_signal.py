@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from babylon_rl.evaluate.rules import latest_fresh_headline, news_rule  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
-from babylon_rl.train.grpo import Task, load_decision_data  # noqa: E402
+from babylon_rl.train.decisions import Task, load_decision_data  # noqa: E402
 
 
 def relation(news: tuple[str, str] | None, answer: dict) -> str:

@@ -19,7 +19,8 @@ from babylon_rl.evaluate.scoring import GroundTruth, Stock, read_observation
 from babylon_rl.settings import PROJECT_ROOT, Home
 from babylon_rl.simulate.config import SimulationConfig
 from babylon_rl.simulate.trajectories import WindowPlay
-from babylon_rl.train.grpo import DIRECTION_BONUS, INVALID_REWARD, Task, group_advantages
+from babylon_rl.train.decisions import DIRECTION_BONUS, INVALID_REWARD, Task
+from babylon_rl.train.grpo import group_advantages
 
 # Qwen2.5-Instruct's stock chat template (no {% generation %} tags), without its tool-call branches.
 QWEN25_TEMPLATE = (

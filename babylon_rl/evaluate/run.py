@@ -31,15 +31,21 @@ from babylon_rl.evaluate.policies import (
 )
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
-from babylon_rl.evaluate.stats import DEFAULT_RESAMPLES, Interval, difference_interval, ratio_interval, resample_indices
+from babylon_rl.evaluate.stats import (
+    DEFAULT_RESAMPLES, Interval, difference_interval, ratio_difference_interval, ratio_interval, resample_indices,
+)
 from babylon_rl.settings import Home, mask_url
 
-METRICS = ("direction_accuracy", "pnl_per_decision", "valid_rate")
+METRICS = ("direction_accuracy", "pnl_per_decision", "trade_precision", "trade_share", "valid_rate")
+TRADES = ("buy", "sell", "bet")
+# A reference with fewer trades than this has no trade precision worth comparing: P&L alone decides against it.
+MIN_TRADES = 20
 CSV_COLUMNS = ["policy", "role", "model", "windows", "decisions"] + [
     f"{m}{suffix}" for m in METRICS for suffix in ("", "_low", "_high")] + [f"share_{k}" for k in KINDS + ("invalid",)] + [
     "top_answer", "top_answer_share"]
-# The references a trained model must beat beyond the interval, on direction accuracy AND P&L per
-# decision, before the evaluation says it learnt: the model it was trained from, the best answer
+# The references a trained model must beat beyond the interval, on P&L per decision AND trade precision
+# (the share of its buy, sell and bet answers right in direction: holding is not punished, as direction
+# accuracy punishes it), before the evaluation says it learnt: the model it was trained from, the best answer
 # that ignores the observation (constant.py), the logged agents, and (when given) the same model
 # trained for the same budget to imitate every logged answer. The first two must be present.
 LEARNING_REFERENCES = ("baseline", "constant", "logged", "imitation")
@@ -102,6 +108,7 @@ class EvalResult:
     checkpoint_key: str | None
     created_at: str
     design_check: dict | None = None  # the news rule vs the best constant (_paired): could this evaluation recognise reading?
+    teachers: list[str] = field(default_factory=list)  # the agents the model was distilled from (its run's inputs.json)
 
     @property
     def model_result(self) -> PolicyResult:
@@ -124,7 +131,8 @@ class EvalResult:
             "bootstrap": {"resamples": o.resamples, "seed": o.seed, "unit": "window", "level": 0.95},
             "constant": asdict(self.constant) if self.constant else None,
             "policies": [p.to_dict() for p in self.policies], "comparison": self.comparison,
-            "learning_shown": self.learning_shown, "design_check": self.design_check, "created_at": self.created_at,
+            "learning_shown": self.learning_shown, "design_check": self.design_check, "teachers": self.teachers,
+            "claim": "P&L per decision AND trade precision, paired 95 % bootstrap over windows", "created_at": self.created_at,
         }
 
 
@@ -136,7 +144,8 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
 
     options = replace(options, device=resolve_device(options.device))
     dataset = Dataset.open(home, options.dataset)
-    eval_set = load_eval_set(dataset).sample(options.max_decisions_per_window, options.seed)
+    every_decision = load_eval_set(dataset)
+    eval_set = every_decision.sample(options.max_decisions_per_window, options.seed)
     chosen_on = load_train_decisions(dataset)  # train + validation windows, never eval
     constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct)
     if constant and options.menu_shares:  # the references trade the menu's size, so P&L compares like with like
@@ -165,9 +174,33 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         answers = policy.answer(prompts, progress)
         results.append(_score(role, policy, answers, eval_set, options))
     comparison, design = compare_results(results, eval_set, options)
+    teachers = run_teachers(ref.run_dir) if ref and ref.run_dir else []
+    if teachers:
+        results.append(teachers_reference(teachers, every_decision, options))
     output_dir = _output_dir(home, options, ref)
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
-                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design)
+                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design,
+                      teachers)
+
+
+def run_teachers(run_dir: Path) -> list[str]:
+    """The agents a run was distilled from, as its inputs.json recorded them (none for other objectives)."""
+    inputs = run_dir / "inputs.json"
+    if not inputs.exists():
+        return []
+    recorded = json.loads(inputs.read_text()).get("teachers") or {}
+    return [t["agent_id"] for t in recorded.get("teachers", [])]
+
+
+def teachers_reference(teachers: list[str], every_decision: EvalSet, options: EvalOptions) -> PolicyResult:
+    """The agents it learned from: their own logged answers on every held-out decision they made (not the sampled
+    decisions the policies answer, so not paired with them: a reference line, not one the claim needs)."""
+    mine = EvalSet(every_decision.dataset, [d for d in every_decision.decisions if d.agent_id in teachers], every_decision.truths)
+    name = f"the agents it learned from ({', '.join(teachers)}), logged"
+    result = _scored("teachers", name, "logged", [d.logged_answer for d in mine.decisions], mine, options)
+    if mine.decisions:
+        _summarise(result, mine, resample_indices(len(mine.windows), options.resamples, options.seed))
+    return result
 
 
 def compare_results(results: list[PolicyResult], eval_set: EvalSet, options: EvalOptions) -> tuple[dict, dict | None]:
@@ -195,7 +228,7 @@ def resized(answer: str, shares: int) -> str:
 def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, options: EvalOptions) -> list[tuple[str, Policy]]:
     """The local models as menu policies on one shared base model (its frozen blocks computed once for all)."""
     from babylon_rl.train.cached import MenuRanker
-    from babylon_rl.train.grpo import Task
+    from babylon_rl.train.decisions import Task
 
     local = [p for _, p in policies if isinstance(p, LocalPolicy)]
     bases = {str(Path(p.ref.base_model if p.ref.adapter else p.ref.path).resolve()) for p in local}
@@ -283,13 +316,16 @@ def _scored(role: str, name: str, model: str, answers: list[str], eval_set: Eval
 # -- statistics -------------------------------------------------------------------------
 def _per_window(outcomes: list[Outcome], eval_set: EvalSet) -> dict[str, np.ndarray]:
     index = {w: i for i, w in enumerate(eval_set.windows)}
-    totals = {k: np.zeros(len(index)) for k in ("decisions", "correct", "pnl", "valid")}
+    totals = {k: np.zeros(len(index)) for k in ("decisions", "correct", "pnl", "valid", "trades", "right_trades")}
     for decision, outcome in zip(eval_set.decisions, outcomes):
         i = index[decision.window_id]
+        traded = outcome.valid and outcome.kind in TRADES
         totals["decisions"][i] += 1
         totals["correct"][i] += outcome.correct
         totals["pnl"][i] += outcome.pnl
         totals["valid"][i] += outcome.valid
+        totals["trades"][i] += traded
+        totals["right_trades"][i] += traded and outcome.correct
     return totals
 
 
@@ -298,6 +334,8 @@ def _summarise(result: PolicyResult, eval_set: EvalSet, indices: np.ndarray) -> 
     result.metrics = {
         "direction_accuracy": ratio_interval(t["correct"], t["decisions"], indices),
         "pnl_per_decision": ratio_interval(t["pnl"], t["decisions"], indices),
+        "trade_precision": ratio_interval(t["right_trades"], t["trades"], indices),
+        "trade_share": ratio_interval(t["trades"], t["decisions"], indices),
         "valid_rate": ratio_interval(t["valid"], t["decisions"], indices),
     }
     n = max(len(result.outcomes), 1)
@@ -311,12 +349,18 @@ def _compare(results: list[PolicyResult], eval_set: EvalSet, indices: np.ndarray
 
 
 def _paired(a_result: PolicyResult, b_result: PolicyResult, eval_set: EvalSet, indices: np.ndarray) -> dict:
-    """a - b on direction accuracy and P&L per decision, paired by window, and whether a beats b beyond both intervals."""
+    """a - b on P&L per decision, trade precision and direction accuracy, paired by window, and whether a beats b beyond
+    the intervals of P&L AND trade precision (P&L alone where b trades fewer than MIN_TRADES times: its precision
+    cannot be estimated)."""
     a, b = _per_window(a_result.outcomes, eval_set), _per_window(b_result.outcomes, eval_set)
     acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
     pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
-    return {"direction_accuracy_diff": acc.to_dict(), "pnl_per_decision_diff": pnl.to_dict(),
-            "beats_outside_interval": bool(acc.low > 0 and pnl.low > 0)}
+    precision = ratio_difference_interval(a["right_trades"], a["trades"], b["right_trades"], b["trades"], indices)
+    estimable = bool(b["trades"].sum() >= MIN_TRADES)
+    return {"pnl_per_decision_diff": pnl.to_dict(), "trade_precision_diff": precision.to_dict(),
+            "direction_accuracy_diff": acc.to_dict(), "reference_trades": int(b["trades"].sum()),
+            "precision_estimable": estimable,
+            "beats_outside_interval": bool(pnl.low > 0 and (precision.low > 0 or not estimable) and a["trades"].sum() > 0)}
 
 
 # -- outputs ----------------------------------------------------------------------------

@@ -43,3 +43,19 @@ def difference_interval(num_a: np.ndarray, num_b: np.ndarray, denominator: np.nd
     den = np.asarray(denominator, dtype=float)
     diff = np.asarray(num_a, dtype=float) - np.asarray(num_b, dtype=float)
     return ratio_interval(diff, den, indices)
+
+
+def ratio_difference_interval(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray,
+                              indices: np.ndarray) -> Interval:
+    """Paired interval of ratio(a) - ratio(b) where the two ratios have their own denominators (trade precision: each
+    policy's right trades over its own trades), over the same resampled windows; a resample where one has no
+    denominator counts that ratio as 0."""
+    def ratios(num: np.ndarray, den: np.ndarray) -> tuple[float, np.ndarray]:
+        num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+        sums = den[indices].sum(1)
+        value = float(num.sum() / den.sum()) if den.sum() else 0.0
+        return value, np.where(sums > 0, num[indices].sum(1) / np.where(sums > 0, sums, 1), 0.0)
+
+    (a, samples_a), (b, samples_b) = ratios(num_a, den_a), ratios(num_b, den_b)
+    samples = samples_a - samples_b
+    return Interval(a - b, float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5)))

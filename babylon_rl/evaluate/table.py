@@ -1,40 +1,72 @@
-"""The eval table as rich renders it (the `eval` and `quickstart` summaries)."""
+"""The eval table and its comparison lines as the `eval` and `quickstart` summaries print them.
+
+Sized to stay on one line per policy in an 80-column terminal and in a file: short cells, the
+interval beside the P&L and the trade precision (the two metrics of the claim), the rest as plain
+figures; eval.json and eval.csv keep every interval.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from babylon_rl.evaluate.run import EvalResult
+    from babylon_rl.evaluate.run import EvalResult, PolicyResult
+
+ROLE_LABELS = {"model": "trained", "baseline": "its base", "reader": "news rule", "logged": "logged agents",
+               "imitation": "imitation", "teachers": "its teachers"}
+REFERENCE_NAMES = {"baseline": "its base model", "constant": "the best constant", "logged": "the logged agents",
+                   "imitation": "imitation of the logged answers (same budget)", "reader": "the news rule (not required)"}
 
 
-def _cell(interval, fmt: str) -> str:
-    return f"{interval.value:{fmt}} [{interval.low:{fmt}}, {interval.high:{fmt}}]"
+def _label(p: "PolicyResult") -> str:
+    if p.role == "constant":
+        return p.name.replace("best constant: ", "const ")
+    return ROLE_LABELS.get(p.role, p.name)
+
+
+def _pnl(interval) -> str:
+    return f"{interval.value:+.1f} [{interval.low:+.1f},{interval.high:+.1f}]"
+
+
+def _share(interval) -> str:
+    return f"{interval.value:.2f} [{interval.low:.2f},{interval.high:.2f}]"
 
 
 def eval_table(result: "EvalResult") -> Table:
-    table = Table(title=f"replay eval on {result.options.dataset}: {len(result.eval_set.windows)} held-out windows, "
-                        f"{len(result.eval_set.decisions)} decisions (95 % bootstrap intervals over windows)")
-    table.add_column("policy")
-    for column in ("direction accuracy", "P&L per decision", "valid", "most frequent answer"):
-        table.add_column(column, justify="right")
+    table = Table(title=f"held-out: {len(result.eval_set.windows)} windows, {len(result.eval_set.decisions)} decisions, "
+                        "95 % intervals over windows", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  collapse_padding=True, title_justify="left")
+    table.add_column("policy", no_wrap=True, max_width=18, overflow="ellipsis")
+    for column in ("P&L/decision", "trade precision", "traded", "acc.", "top answer"):
+        table.add_column(column, justify="right", no_wrap=True)
     for p in result.policies:
         m = p.metrics
+        if not m:
+            continue
         top, share = p.top_answer
-        table.add_row(p.name, _cell(m["direction_accuracy"], ".3f"), _cell(m["pnl_per_decision"], "+.2f"),
-                      _cell(m["valid_rate"], ".3f"), f"{top} {share:.0%}")
+        table.add_row(_label(p), _pnl(m["pnl_per_decision"]), _share(m["trade_precision"]) if m["trade_share"].value else "no trade",
+                      f"{m['trade_share'].value:.2f}", f"{m['direction_accuracy'].value:.2f}", f"{top[:9]} {share:.0%}")
     return table
+
+
+def comparison_line(role: str, diff: dict, subject: str = "trained model") -> str:
+    """One comparison in words: P&L and trade precision, each with its paired interval, and the verdict."""
+    p, t = diff["pnl_per_decision_diff"], diff["trade_precision_diff"]
+    verdict = "BEATS" if diff["beats_outside_interval"] else "does NOT beat"
+    precision = (f"trade precision {t['value']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}]" if diff["precision_estimable"] else
+                 f"trade precision not compared ({diff['reference_trades']} trades: too few to estimate; P&L alone decides)")
+    return f"{subject} {verdict} {REFERENCE_NAMES.get(role, role)}: P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], {precision}"
 
 
 def design_line(design: dict | None) -> str | None:
     """Whether this evaluation could recognise a policy that reads the news: the news rule against the best constant."""
     if design is None:
         return None
-    d, p = design["direction_accuracy_diff"], design["pnl_per_decision_diff"]
-    diff = f"direction accuracy {d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}]"
+    line = comparison_line("constant", design, "the news rule")
     if design["beats_outside_interval"]:
-        return f"the news rule beats the best constant beyond the interval ({diff}): this evaluation can recognise a policy that reads the news"
-    return (f"the news rule does NOT beat the best constant beyond the interval ({diff}): either the headlines do not lead prices "
-            "here or the held-out windows are too few to tell; this evaluation could not recognise even a policy that reads the news")
+        return f"{line}: this evaluation can recognise a policy that reads the news"
+    return (f"{line}: either the headlines do not lead prices here or the held-out windows are too few to tell; this "
+            "evaluation could not recognise even a policy that reads the news")

@@ -1,7 +1,7 @@
 """The menu objective trained from frozen states: every answer priced, tickers renamed, the frozen blocks run once.
 
 Each decision's menu (hold; buy or sell `shares` of each of the window's stocks) is priced
-against the window's ground truth with the evaluation's rules (`grpo.Task.price`). The policy,
+against the window's ground truth with the evaluation's rules (`decisions.Task.price`). The policy,
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
 "counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline).
 
@@ -37,7 +37,7 @@ from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack
-from babylon_rl.train.grpo import Task, longest_prompts
+from babylon_rl.train.decisions import Task, longest_prompts
 from babylon_rl.train.torch_backend import Checkpoints
 
 
@@ -459,7 +459,7 @@ class MenuTrainer(Checkpoints):
         return [item for t in tasks for item in self._items[id(t)]]
 
     def train_step(self, tasks: list[Task]):
-        from babylon_rl.train.grpo import StepResult
+        from babylon_rl.train.decisions import StepResult
 
         items = self.items_for(tasks, self.options.variants)
         stats = self.step(items)

@@ -25,6 +25,12 @@ from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
 
 
+# The objectives trained from frozen states on the decision's menu (train/cached.py), and what each fits: every menu
+# answer priced (menu), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers
+# of the agents the data proves best on train windows (distill, train/teachers.py).
+MENU_OBJECTIVES = {"menu": "counterfactual", "menu-imitate": "imitate", "distill": "imitate"}
+
+
 class TrainConfig(BaseModel):
     dataset: str
     backend: Literal["torch", "art", "serverless"] = "torch"
@@ -44,7 +50,7 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate"] = "grpo"
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"] = "grpo"
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
@@ -66,7 +72,7 @@ class TrainConfig(BaseModel):
     @property
     def on_decisions(self) -> bool:
         """Trained on replayed decisions (its own answers, every menu answer, or the logged ones), not on scored trajectories."""
-        return self.on_policy or self.objective in ("imitate", "counterfactual", "menu", "menu-imitate")
+        return self.on_policy or self.objective in ("imitate", "counterfactual", *MENU_OBJECTIVES)
 
 
 @dataclass
@@ -98,14 +104,14 @@ class TrainResult:
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None):
     """The trainer for this config; a decision trainer sizes its memory by the train and validation decisions it
     will see (`scheduled`)."""
-    if config.objective in ("menu", "menu-imitate"):
+    if config.objective in MENU_OBJECTIVES:
         from babylon_rl.train.cached import MenuOptions, MenuTrainer
         from babylon_rl.train.models import resolve_device
 
         if not 0 < config.train_layers:
             raise ConfigError(f"--objective {config.objective} trains the top --train-layers blocks from their frozen input: give it 1 or more")
         return MenuTrainer(base_model, MenuOptions(
-            objective="imitate" if config.objective == "menu-imitate" else "counterfactual",
+            objective=MENU_OBJECTIVES[config.objective],
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
             device=resolve_device(config.device)), *seen)
@@ -173,6 +179,8 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     # data and run
     run, config = load_run(home, config)
     data = _load_data(home, config)
+    if getattr(data, "teachers", None):
+        console.print(data.teachers.line())
     base_model = resolve_model(home, config, console)
     if config.backend != "torch" and art_factory is None:
         from babylon_rl.train.art_backend import check_available
@@ -252,16 +260,23 @@ def scheduled(data, schedule: Schedule, total_steps: int) -> tuple[list, list]:
 
 def _load_data(home: Home, config: TrainConfig):
     if config.on_decisions:
-        from babylon_rl.train.grpo import load_decision_data
+        from babylon_rl.train.decisions import load_decision_data
 
-        return load_decision_data(home, config.dataset)
+        data = load_decision_data(home, config.dataset)
+        if config.objective == "distill":
+            from babylon_rl.dataset.dataset import Dataset
+            from babylon_rl.train.teachers import choose
+
+            data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed))
+        return data
     return load_scored_dataset(home, config.dataset)
 
 
 def _record_inputs(run: RunDir, data) -> None:
     """inputs.json: every trajectory id training and selection read (the tests check none is an eval id)."""
-    ids = data.read_ids
-    run.inputs.write_text(json.dumps({"dataset": data.name, "trajectory_ids": ids}, indent=1))
+    teachers = getattr(data, "teachers", None)
+    extra = {"teachers": teachers.to_dict()} if teachers else {}
+    run.inputs.write_text(json.dumps({"dataset": data.name, "trajectory_ids": data.read_ids, **extra}, indent=1))
 
 
 def _on_policy_metrics(step: int, schedule: Schedule, stats, lr: float) -> dict:

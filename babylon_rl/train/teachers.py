@@ -1,0 +1,74 @@
+"""Teachers chosen by the data: the agents whose standing on train windows is beyond the corrected interval.
+
+The measure is P&L against the window's median agent (`standing.py`): it is what the game pays,
+it cancels what the market did in each window (every agent of a window faced the same market),
+and the median cannot be tilted by one outlier. Judge scores are shown beside it but do not
+choose: the heuristic judge is itself a function of P&L, and a hosted judge is not always there.
+
+A teacher must stand above its peers on the **train** windows (its interval, corrected for the
+number of agents compared, above zero), then hold its sign on the **validation** windows (its mean
+there above zero) before any training time is spent. Nothing here reads the eval split, nor a
+name, persona or anything the simulator knows: agent ids and outcomes only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from babylon_rl import standing
+from babylon_rl.errors import DatasetError
+
+
+class NoTeachers(DatasetError):
+    """No agent stands out on the train windows (or none held on validation): there is nothing to distill."""
+
+
+@dataclass(frozen=True)
+class Teachers:
+    dataset: str
+    train: standing.Standing
+    validation: standing.Standing | None
+    chosen: list[str]  # agent ids, best first
+    dropped: dict[str, str]  # agent id -> why it stood above on train but was not kept
+
+    def figures(self, agent_id: str) -> dict:
+        """What the run records of one teacher: its train and validation standing."""
+        on_validation = self.validation.get(agent_id) if self.validation else None
+        return {"agent_id": agent_id, "train": self.train.get(agent_id).to_dict(),
+                "validation": on_validation.to_dict() if on_validation else None}
+
+    def to_dict(self) -> dict:
+        return {"dataset": self.dataset, "measure": self.train.measure, "corrected_level": self.train.corrected_level,
+                "train_windows": len(self.train.windows), "validation_windows": len(self.validation.windows) if self.validation else 0,
+                "teachers": [self.figures(a) for a in self.chosen], "dropped": self.dropped}
+
+    def line(self) -> str:
+        """One line: who teaches, with their train figures."""
+        parts = []
+        for agent in self.chosen:
+            s = self.train.get(agent).vs_peers
+            parts.append(f"{agent} {s.value:+.1f} [{s.low:+.1f}, {s.high:+.1f}]")
+        return (f"teachers ({len(self.chosen)} of {len(self.train.agents)} agents, P&L against the window's median agent on "
+                f"{len(self.train.windows)} train windows, {self.train.corrected_level:.1%} intervals): " + ", ".join(parts))
+
+
+def choose(dataset, seed: int = 0) -> Teachers:
+    """The agents above their peers on the dataset's train windows whose mean on its validation windows stays above zero.
+    Raises NoTeachers (one line) when none is left."""
+    train = standing.standing(standing.of_split(dataset, "train"), f"the train windows of dataset {dataset.name!r}", seed)
+    validation = (standing.standing(standing.of_split(dataset, "validation"), f"the validation windows of dataset {dataset.name!r}", seed)
+                  if dataset.has_split("validation") and not dataset.read_split("validation", ["window_id"]).is_empty() else None)
+    chosen, dropped = [], {}
+    for agent in train.above:
+        held = validation.get(agent.agent_id) if validation else None
+        if validation is not None and (held is None or held.vs_peers.value <= 0):
+            dropped[agent.agent_id] = ("it played no validation window" if held is None else
+                                       f"its validation mean is {held.vs_peers.value:+.2f} (not above zero)")
+            continue
+        chosen.append(agent.agent_id)
+    if not chosen:
+        why = f"; {len(dropped)} stood above on train but not on validation" if dropped else ""
+        raise NoTeachers(f"no agent of dataset {dataset.name!r} stands above its peers beyond the "
+                         f"{train.corrected_level:.1%} interval on its {len(train.windows)} train windows{why}: "
+                         f"nothing to distill, and nothing is claimed (see `cli.py agents --dataset {dataset.name}`)")
+    return Teachers(dataset.name, train, validation, chosen, dropped)

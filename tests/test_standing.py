@@ -1,0 +1,131 @@
+"""Agent standing (`cli.py agents`, babylon_rl/standing.py) and the teachers distillation chooses from it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from babylon_rl.errors import DatasetError
+from babylon_rl.standing import standing
+
+
+def _windows(values: dict[str, list[float]]) -> pl.DataFrame:
+    """(window, agent) rows: agent -> its P&L in windows 0, 1, ..."""
+    return pl.DataFrame([{"window_id": f"2025-01-01T{i:02d}:00" if i < 24 else f"2025-01-02T{i - 24:02d}:00", "agent_id": agent,
+                          "pnl": pnl, "decisions": 3} for agent, pnls in values.items() for i, pnl in enumerate(pnls)])
+
+
+def test_one_heavy_loser_lifts_nobody_above_the_median():
+    """Against the window's mean, a heavy loser would put every other agent "above"; against the median, only the agent
+    that really earns more stands out."""
+    rng = np.random.default_rng(0)
+    n = 48
+    agents = {f"a{i}": list(rng.normal(0, 5, n)) for i in range(6)}
+    agents["good"] = list(rng.normal(20, 5, n))
+    agents["loser"] = list(rng.normal(-400, 50, n))
+    result = standing(_windows(agents), "synthetic", resamples=1000)
+    assert [a.agent_id for a in result.above] == ["good"]
+    assert result.get("loser").standing == "below"
+    assert all(result.get(f"a{i}").standing == "within" for i in range(6))
+    assert result.get("good").pnl_per_decision == pytest.approx(result.get("good").pnl_per_window / 3)
+    # the interval is corrected for the 8 agents compared
+    assert result.corrected_level == pytest.approx(1 - 0.05 / 8)
+
+
+def test_the_corrected_interval_is_wider_and_the_same_for_a_seed():
+    rng = np.random.default_rng(1)
+    agents = {f"a{i}": list(rng.normal(0, 10, 30)) for i in range(10)}
+    few = standing(_windows({k: agents[k] for k in ("a0", "a1")}), "two", resamples=2000)
+    many = standing(_windows(agents), "ten", resamples=2000)
+    width = lambda r: r.get("a0").vs_peers.high - r.get("a0").vs_peers.low  # noqa: E731
+    assert width(many) > width(few)
+    assert standing(_windows(agents), "ten", resamples=2000).to_dict() == many.to_dict()
+
+
+def test_nothing_to_rank_is_one_line():
+    with pytest.raises(DatasetError, match="no windows with agents"):
+        standing(pl.DataFrame(schema={"window_id": pl.Utf8, "agent_id": pl.Utf8, "pnl": pl.Float64, "decisions": pl.Int64}), "empty")
+    with pytest.raises(DatasetError, match="no window with two or more agents"):
+        standing(_windows({"alone": [1.0, 2.0]}), "alone")
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory):
+    """A simulated game (the production schema's agent ids, no persona anywhere) with its marts and a dataset."""
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    home = tmp_path_factory.mktemp("standing") / "home"
+    for args in (("simulate", "--agents", "10", "--windows", "120", "--steps-per-window", "3", "--seed", "0",
+                  "--start", "2025-01-01T00:00", "--dirt-rate", "0"), ("build",),
+                 ("dataset", "build", "--name", "d", "--lookback-hours", "121", "--min-actions", "3", "--max-group-size", "10",
+                  "--target-trajectories", "100000", "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
+        result = CliRunner().invoke(cli, ["--home", str(home), *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    return home
+
+
+def _agents(home, *args: str):
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    return CliRunner().invoke(cli, ["--home", str(home), "agents", *args])
+
+
+def test_agents_ranks_the_marts_and_a_dataset_split(market):
+    result = _agents(market, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["windows"] == 120 and len(report["agents"]) == 10
+    assert report["corrected_level"] == pytest.approx(0.995)
+    assert all(a["agent_id"].startswith("sim-agent-") and "persona" not in a for a in report["agents"])
+    above = [a for a in report["agents"] if a["standing"] == "above"]
+    assert above and all(a["vs_peers"]["low"] > 0 for a in above)
+    values = [a["vs_peers"]["value"] for a in report["agents"]]
+    assert values == sorted(values, reverse=True)
+
+    ranged = json.loads(_agents(market, "--since", "2025-01-02T00:00", "--until", "2025-01-03T00:00", "--json").output)
+    assert ranged["windows"] == 24 and ranged["first_window"] == "2025-01-02T00:00" and ranged["last_window"] == "2025-01-02T23:00"
+
+    table = _agents(market, "--dataset", "d", "--split", "train")
+    assert table.exit_code == 0, table.output
+    assert "the train windows of dataset 'd'" in table.output and "stand above their peers" in table.output
+    # one line per agent, readable at 80 columns (CliRunner's terminal)
+    assert all(len(line) <= 80 for line in table.output.splitlines() if line.startswith(" sim-agent-"))
+
+
+def test_agents_errors_are_one_line_and_exit_2(market, tmp_path):
+    empty = _agents(market, "--since", "2030-01-01")
+    assert empty.exit_code == 2 and "has no windows with agents" in empty.output and "Traceback" not in empty.output
+    unknown = _agents(market, "--dataset", "nope")
+    assert unknown.exit_code == 2 and "nope" in unknown.output
+    nowhere = _agents(tmp_path / "nothing")
+    assert nowhere.exit_code == 2 and "no warehouse" in nowhere.output
+
+
+def test_teachers_are_chosen_on_train_and_checked_on_validation_only(market, monkeypatch):
+    """The chosen stand above on train, hold on validation, and trade well: their logged trades are right more often than
+    the other agents'. The eval split is never read."""
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.settings import Home
+    from babylon_rl.train.decisions import load_decision_data
+    from babylon_rl.train.teachers import choose
+
+    dataset = Dataset.open(Home.resolve(str(market)), "d")
+    read = []
+    original = Dataset.read_split
+    monkeypatch.setattr(Dataset, "read_split", lambda self, split, columns=None: read.append(split) or original(self, split, columns))
+    teachers = choose(dataset)
+    assert set(read) == {"train", "validation"}
+    assert teachers.chosen and all(teachers.train.get(a).vs_peers.low > 0 for a in teachers.chosen)
+    assert all(teachers.validation.get(a).vs_peers.value > 0 for a in teachers.chosen)
+    assert "teachers (" in teachers.line() and teachers.to_dict()["teachers"][0]["train"]["standing"] == "above"
+
+    data = load_decision_data(Home.resolve(str(market)), "d").taught_by(teachers)
+    assert data.train and {t.agent_id for t in data.train} <= set(teachers.chosen)
+    assert set(data.read_ids) > {t.trajectory_id for t in data.train}  # the standing read every train decision
