@@ -623,3 +623,46 @@ def test_next_look_prices_a_decision_at_the_same_agents_next_decision_and_the_la
     assert priced[0].truth.stocks["CRUX"].end == first.truth.stocks["CRUX"].end  # not in the next look: the window's end
     assert priced[1].truth == first.truth and priced[2].truth == first.truth  # a trajectory's last decision: the window's end
     assert priced[0].price('{"action": "buy", "ticker": "ACME", "shares": 10}')[1].pnl == pytest.approx(10 * (226.0 - 223.79))
+
+
+def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(home, small_llama, run_cli):
+    """train --objective distill: the teachers the data chose (train windows, checked on validation) are recorded with
+    their figures, training reads only their train decisions (and nothing of eval), and the eval adds them as a reference
+    line and claims on P&L and trade precision."""
+    for args in (("simulate", "--agents", "10", "--windows", "120", "--steps-per-window", "3", "--seed", "0", "--start", "2025-01-01T00:00",
+                  "--dirt-rate", "0"),
+                 ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "121", "--min-actions", "3", "--max-group-size", "10",
+                              "--target-trajectories", "100000", "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
+        result = run_cli(*args)
+        assert result.exit_code == 0, result.output
+    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--objective", "distill", "--run-name", "r",
+                     "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best")
+    assert result.exit_code == 0, result.output
+    inputs = json.loads((home / "runs" / "r" / "inputs.json").read_text())
+    teachers = [t["agent_id"] for t in inputs["teachers"]["teachers"]]
+    assert teachers and f"teachers ({len(teachers)} of 10 agents" in result.output
+    assert all(t["train"]["vs_peers"]["low"] > 0 and t["validation"]["vs_peers"]["value"] > 0 for t in inputs["teachers"]["teachers"])
+    manifest = json.loads((home / "datasets" / "d" / "manifest.json").read_text())
+    assert not set(inputs["trajectory_ids"]) & set(manifest["eval_trajectory_ids"])
+    assert len((home / "runs" / "r" / "metrics.csv").read_text().splitlines()) == 3  # a header and two steps
+    evaluation = run_cli("eval", "--model", "r", "--dataset", "d", "--menu-shares", "50")
+    assert evaluation.exit_code == 0, evaluation.output
+    saved = json.loads((home / "runs" / "r" / "eval.json").read_text())
+    assert saved["teachers"] == teachers and saved["policies"][-1]["role"] == "teachers"
+    eval_agents = pl.read_parquet(home / "datasets" / "d" / "eval.parquet", columns=["agent_id", "actions"])
+    teacher_actions = eval_agents.filter(pl.col("agent_id").is_in(teachers))["actions"].sum()
+    assert saved["policies"][-1]["decisions"] == teacher_actions  # every held-out decision of theirs, not the sampled ones
+    for diff in saved["comparison"].values():
+        assert {"pnl_per_decision_diff", "trade_precision_diff", "precision_estimable"} <= set(diff)
+    assert "its teachers" in evaluation.output and "trade precision" in evaluation.output
+
+
+def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(home, small_llama, run_cli):
+    for args in (("simulate", "--agents", "5", "--windows", "8", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
+                 ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "9", "--min-actions", "2",
+                              "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
+        assert run_cli(*args).exit_code == 0
+    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--objective", "distill", "--run-name", "r")
+    assert result.exit_code == 2 and "stands above its peers" in result.output and "nothing to distill" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (home / "runs" / "r" / "checkpoints").exists()
