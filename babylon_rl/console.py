@@ -375,8 +375,10 @@ def _gate_line(it: Iteration, home: Path) -> str:
     acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
     decision = f"promoted {_in_home(it.candidate, home)}" if it.promoted else f"kept {_in_home(it.champion, home)}"
     powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
-    return (f"iteration {it.iteration} gate, candidate - champion on held-out windows: direction accuracy "
-            f"{interval_text(acc, 3)}, P&L per decision {interval_text(pnl)}: {decision}{powerless}")
+    precision = it.gate.get("trade_precision")
+    precision_text = f", trade precision {interval_text(precision, 3)}" if precision else ""
+    return (f"iteration {it.iteration} gate, candidate - champion on held-out windows: P&L per decision {interval_text(pnl)}"
+            f"{precision_text}, direction accuracy {interval_text(acc, 3)}: {decision}{powerless}")
 
 
 def _interval(interval) -> str:

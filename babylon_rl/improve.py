@@ -303,6 +303,7 @@ def _gate(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState) -
     design = result.design_check  # the news rule vs the best constant on the same decisions: had this gate any power?
     by_role = {p.role: p for p in result.policies}
     it.gate = {"direction_accuracy": versus["direction_accuracy_diff"], "pnl_per_decision": versus["pnl_per_decision_diff"],
+               "trade_precision": versus["trade_precision_diff"] if versus["precision_estimable"] else None,
                "could_recognise_news_rule": None if design is None else bool(design["beats_outside_interval"]),
                "candidate": _held_out(by_role["model"]), "champion": _held_out(by_role["baseline"])}
     it.promoted = bool(versus["beats_outside_interval"])

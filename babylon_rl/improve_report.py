@@ -20,6 +20,8 @@ from babylon_rl.report import _figure, _now, _svg, _use_agg, metrics_html, page,
 from babylon_rl.settings import Home
 
 GATE_METRICS = (("direction_accuracy", "direction accuracy", 3), ("pnl_per_decision", "P&L per decision ($)", 2))
+# what promotes (evaluate/run.py): P&L and trade precision; the champion's precision is None where it traded too little to estimate
+CLAIM_METRICS = (("pnl_per_decision", "P&L per decision", 2), ("trade_precision", "trade precision", 3))
 PERSONA_COLORS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")  # green: policy
 REFERENCES = ("random", "contrarian")  # personas the policy agents should end above
 PNL_SENTENCE = ("<b>mean window P&amp;L per agent</b>: what an agent made in one window of the iteration, averaged over "
@@ -104,10 +106,10 @@ def gate_reason(it: Iteration) -> str:
     if it.promoted is None:
         return "the gate has not run yet"
     if it.promoted:
-        reason = "the candidate beat the champion beyond the interval on both direction accuracy and P&L per decision"
+        reason = "the candidate beat the champion beyond the interval on both P&L per decision and trade precision"
     else:
-        reason = "; ".join(_missed(it.gate[key], label.removesuffix(" ($)"), digits)
-                           for key, label, digits in GATE_METRICS if it.gate[key]["low"] <= 0)
+        reason = "; ".join(_missed(it.gate[key], label, digits) for key, label, digits in CLAIM_METRICS
+                           if it.gate.get(key) and it.gate[key]["low"] <= 0) or "the candidate made no trade"
     if it.gate.get("could_recognise_news_rule") is False:
         reason += "; the gate could not recognise even the news rule"
     return reason

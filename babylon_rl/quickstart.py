@@ -33,7 +33,7 @@ NAME = "quickstart"
 IMITATION = "quickstart-imitation"
 MARKER = "quickstart.json"
 START = datetime(2025, 1, 1)  # a fixed history: the same seed gives the same market on every machine
-STAGES = 9
+STAGES = 10
 
 
 @dataclass(frozen=True)
@@ -128,24 +128,46 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
     common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
                   groups_per_step=options.groups_per_step, max_steps=options.steps, shares=options.shares, seed=options.seed,
                   device=options.device)
-    with _stage(ctx, result, 6, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
+    with _stage(ctx, result, 6, "agents: who stands above its peers on the train windows (the teachers)"):
+        teachers = _teachers(ctx)
+    artifacts = {"warehouse": mask_url(ctx.database_url) + " -> " + str(ctx.home.warehouse) if ctx.database_url else str(ctx.home.warehouse),
+                 "dataset": str(ctx.home.datasets / NAME), "base model": str(ctx.home.models / options.base_model)}
+    if teachers is None:
+        result.artifacts = artifacts
+        _finish(ctx, options, result)
+        return result
+    with _stage(ctx, result, 7, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
         ctx.train(run_name=IMITATION, objective="menu-imitate", **common)
-    with _stage(ctx, result, 7, "train --objective distill (the agents the data proves best on train windows)"):
+    with _stage(ctx, result, 8, "train --objective distill (the agents the data proves best, from frozen states)"):
         trained = ctx.train(run_name=NAME, objective="distill", **common)
-    with _stage(ctx, result, 8, "eval: trained vs base vs imitation vs best constant vs logged agents"):
+    with _stage(ctx, result, 9, "eval: trained vs base vs imitation vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=NAME, dataset=NAME, imitation=IMITATION, seed=options.seed, device=options.device,
                                                max_decisions_per_window=options.eval_decisions_per_window, menu_shares=options.shares))
-    with _stage(ctx, result, 9, "report", spinner=True):
+    with _stage(ctx, result, 10, "report", spinner=True):
         report = ctx.report(NAME)
-    result.artifacts = {
-        "warehouse": mask_url(ctx.database_url) + " -> " + str(ctx.home.warehouse) if ctx.database_url else str(ctx.home.warehouse),
-        "dataset": str(ctx.home.datasets / NAME), "base model": str(ctx.home.models / options.base_model),
+    result.artifacts = artifacts | {
         "imitation run": str(ctx.home.runs / IMITATION),
         "run": str(trained.run_dir), "adapter": str(trained.checkpoints[-1]) if trained.checkpoints else "",
         "eval": str(trained.run_dir / "eval.json"), "report": str(report),
     }
     _finish(ctx, options, result)
     return result
+
+
+def _teachers(ctx: "BabylonContext"):
+    """The standing on the train windows (printed), then the teachers checked on validation; None (said in one line) when no
+    agent stands out: then there is nothing to distill and nothing is claimed."""
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.train.teachers import NoTeachers, choose
+
+    ctx.agents(dataset=NAME, split="train")
+    try:
+        teachers = choose(Dataset.open(ctx.home, NAME))
+    except NoTeachers as exc:
+        ctx.console.print(f"[bold red]{exc}[/bold red]")
+        return None
+    ctx.console.print(teachers.line())
+    return teachers
 
 
 def dataset_params(options: QuickstartOptions) -> "BuildParams":
@@ -215,9 +237,13 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     (ctx.home.root / MARKER).write_text(json.dumps({"options": asdict(options), "stages_seconds": result.stages,
                                                     "artifacts": result.artifacts}, indent=2) + "\n")
     ctx.console.rule("[bold]quickstart summary")
-    ctx.console.print(eval_table(result.eval))
-    for line in learning_verdict(result.eval):
-        ctx.console.print(line)
+    if result.eval is not None:
+        ctx.console.print(eval_table(result.eval))
+        for line in learning_verdict(result.eval):
+            ctx.console.print(line)
+    else:
+        ctx.console.print("[bold red]learning NOT shown[/bold red]: no agent stands out on the train windows, so nothing was "
+                          "distilled and nothing is claimed")
     for path in LEARNING_BENCHMARKS:
         benchmark = benchmark_line(path)
         if benchmark:

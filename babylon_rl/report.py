@@ -225,20 +225,20 @@ def eval_html(evaluation: dict | None) -> str:
     rows = []
     for p in evaluation["policies"]:
         cells = [html.escape(p["name"])]
-        for key, fmt in (("direction_accuracy", ".3f"), ("pnl_per_decision", "+.2f"), ("valid_rate", ".3f")):
-            m = p["metrics"][key]
-            cells.append(f"{m['value']:{fmt}} [{m['low']:{fmt}}, {m['high']:{fmt}}]")
+        for key, fmt in (("pnl_per_decision", "+.2f"), ("trade_precision", ".3f"), ("trade_share", ".3f"), ("direction_accuracy", ".3f"),
+                         ("valid_rate", ".3f")):
+            m = p["metrics"].get(key)
+            cells.append(f"{m['value']:{fmt}} [{m['low']:{fmt}}, {m['high']:{fmt}}]" if m else "")
         cells.append(f"{html.escape(p.get('top_answer', ''))} {p.get('top_answer_share', 0.0):.0%}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    comparisons = "".join(
-        f"<li>trained model vs {html.escape(role)}: direction accuracy {c['direction_accuracy_diff']['value']:+.3f} "
-        f"[{c['direction_accuracy_diff']['low']:+.3f}, {c['direction_accuracy_diff']['high']:+.3f}], P&amp;L per decision "
-        f"{c['pnl_per_decision_diff']['value']:+.2f} [{c['pnl_per_decision_diff']['low']:+.2f}, {c['pnl_per_decision_diff']['high']:+.2f}]: "
-        f"<b>{'beats it' if c['beats_outside_interval'] else 'does not beat it'}</b> beyond the interval</li>"
-        for role, c in evaluation.get("comparison", {}).items())
+    from babylon_rl.evaluate.table import comparison_line
+
+    comparisons = "".join(f"<li>{html.escape(comparison_line(role, c))}</li>" for role, c in evaluation.get("comparison", {}).items()
+                          if "trade_precision_diff" in c)
     return (f"{verdict_html(evaluation)}<p>{evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
             f"{html.escape(evaluation['dataset'])}; 95 % bootstrap intervals over windows ({evaluation['bootstrap']['resamples']} resamples).</p>"
-            '<table id="eval-table"><tr><th>policy</th><th>direction accuracy</th><th>P&amp;L per decision</th><th>valid</th><th>most frequent answer</th></tr>'
+            '<table id="eval-table"><tr><th>policy</th><th>P&amp;L per decision</th><th>trade precision</th><th>traded</th>'
+            '<th>direction accuracy</th><th>valid</th><th>most frequent answer</th></tr>'
             + "".join(rows) + f"</table><ul>{comparisons}</ul>")
 
 
@@ -247,6 +247,8 @@ METRIC_SENTENCES = {
                           "(a buy when the stock then rose more than the threshold, a sell when it fell, a bet on the side that won, a hold when nothing moved).",
     "P&amp;L per decision": "the dollars the answer would have made, each trade marked to the window's end price and each bet "
                             "settled by its market, averaged over decisions (hold and invalid answers: 0).",
+    "trade precision": "the share of the buy, sell and bet answers that were right in direction: holding is neither right nor "
+                       "wrong here, as it is in direction accuracy (where a hold is right only when no stock moves).",
     "valid": "the share of answers that parse as an action on a stock or market of that window.",
 }
 INTERVAL_SENTENCE = "The brackets are 95 % bootstrap intervals over held-out windows; a difference counts only when its own paired interval excludes 0."
@@ -270,8 +272,8 @@ def verdict_html(evaluation: dict) -> str:
     design = f"<p>{html.escape(line[0].upper() + line[1:])}.</p>" if line else ""
     if evaluation.get("learning_shown"):
         return (f"<p class='verdict'><b>Learning shown.</b> On windows no training or selection step read, the trained model beats "
-                f"{', '.join(beaten)} on both direction accuracy and P&amp;L per decision, each beyond its 95 % interval.</p>" + design)
-    reason = (f"it does not beat {', '.join(missed)} beyond the 95 % interval on both direction accuracy and P&amp;L per decision"
+                f"{', '.join(beaten)} on both P&amp;L per decision and trade precision, each beyond its 95 % interval.</p>" + design)
+    reason = (f"it does not beat {', '.join(missed)} beyond the 95 % interval on both P&amp;L per decision and trade precision"
               if missed else "a required reference (the base model or the best constant action) is missing from this evaluation")
     return f"<p class='verdict'><b>Learning NOT shown</b>: {reason}.</p>" + design
 

@@ -115,7 +115,7 @@ def test_eval_local_model_path(template, home, run_cli):
     assert logged["metrics"]["valid_rate"]["value"] == 1.0
     assert [p["role"] for p in report["policies"]] == ["logged", "model"]
     assert (home / "evals" / "tiny-ev" / "eval.csv").read_text().startswith("policy,role,model")
-    assert "direction accuracy" in result.output
+    assert "precision" in result.output and "acc." in result.output
 
 
 def test_eval_endpoint_counts_garbage_as_invalid(home, run_cli):
@@ -200,3 +200,36 @@ def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run
     assert not report["comparison"]["reader"]["beats_outside_interval"]
     assert report["design_check"]["beats_outside_interval"] is True
     assert "this evaluation can recognise a policy that reads the news" in result.output
+
+
+def test_the_claim_reads_trade_precision_so_holding_is_not_punished():
+    """A policy that holds on half its decisions and trades well beats an always-trading constant on P&L and trade
+    precision, though direction accuracy (a hold is right only when nothing moves) cannot tell them apart; against a
+    reference that never trades, precision cannot be estimated and P&L alone decides."""
+    import numpy as np
+
+    from babylon_rl.evaluate.decisions import Decision, EvalSet
+    from babylon_rl.evaluate.run import EvalOptions, PolicyResult, compare_results
+    from babylon_rl.evaluate.scoring import Outcome
+
+    rng = np.random.default_rng(0)
+    windows = [f"2025-01-{1 + i // 24:02d}T{i % 24:02d}:00" for i in range(80)]
+    decisions = [Decision(w, f"t{w}{k}", "a", k, (), "") for w in windows for k in range(2)]
+    eval_set = EvalSet("d", decisions, {})
+
+    def trade(p_right: float) -> Outcome:
+        right = bool(rng.random() < p_right)
+        return Outcome(True, right, 50.0 if right else -50.0, "buy")
+
+    hold = Outcome(True, False, 0.0, "hold")
+    reader = PolicyResult("reader", "model", "m", [hold if k == 0 else trade(0.75) for _ in windows for k in range(2)])
+    constant = PolicyResult("constant", "constant", "c", [trade(0.35) for _ in decisions])
+    holder = PolicyResult("holder", "baseline", "b", [hold for _ in decisions])
+    comparison, _ = compare_results([constant, holder, reader], eval_set, EvalOptions(model="m", dataset="d", resamples=500))
+    assert reader.metrics["trade_share"].value == pytest.approx(0.5)
+    assert reader.metrics["trade_precision"].value > 0.65 and constant.metrics["trade_precision"].value < 0.45
+    assert abs(reader.metrics["direction_accuracy"].value - constant.metrics["direction_accuracy"].value) < 0.1
+    assert comparison["constant"]["beats_outside_interval"] and comparison["constant"]["precision_estimable"]
+    assert comparison["constant"]["trade_precision_diff"]["low"] > 0
+    assert not comparison["baseline"]["precision_estimable"] and comparison["baseline"]["reference_trades"] == 0
+    assert comparison["baseline"]["beats_outside_interval"]  # P&L alone

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SMALL = ["--agents", "6", "--windows", "12", "--steps-per-window", "2", "--steps", "2", "--groups-per-step", "4",
-         "--eval-decisions-per-window", "2"]
+# The smallest world whose best agents stand out on its train windows (78 of them), with a token training budget.
+SMALL = ["--agents", "10", "--windows", "120", "--steps-per-window", "3", "--steps", "2", "--groups-per-step", "4",
+         "--eval-decisions-per-window", "1"]
 
 
 def test_quickstart_small_end_to_end(home, run_cli):
@@ -14,7 +15,8 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert result.exit_code == 0, result.output
     out = result.output
     for stage in ("simulate into duckdb", "build", "dataset build", "model init (smollm2-135m)", "score --judge heuristic",
-                  "train --objective menu-imitate", "train --objective menu (", "eval: trained vs base vs imitation", "report"):
+                  "agents: who stands above", "train --objective menu-imitate", "train --objective distill (",
+                  "eval: trained vs base vs imitation", "report"):
         assert f"done {stage}" in out, stage
     assert "quickstart summary" in out and "logged agents" in out and "direction" in out
     marker = json.loads((home / "quickstart.json").read_text())
@@ -25,7 +27,9 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert (home / "runs" / "quickstart" / "checkpoints" / "step-2" / "adapter_model.safetensors").exists()  # LoRA on SmolLM2
     assert "beyond the 95 % interval" in out
     evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
-    assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "reader", "baseline", "imitation", "model"]
+    assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "reader", "baseline", "imitation", "model", "teachers"]
+    assert evaluation["teachers"] and f"teachers ({len(evaluation['teachers'])} of 10 agents" in out
+    assert "stand above their peers beyond the interval" in out  # the standing table, then the teachers it gives
     assert set(evaluation["comparison"]) == {"logged", "constant", "reader", "baseline", "imitation"}
     assert evaluation["menu_shares"] == 50  # the three models answered from the menu, on one shared base
     assert "news rule" in out and "recognise" in out  # the design check: could this evaluation see reading at all?
@@ -37,6 +41,13 @@ def test_quickstart_small_end_to_end(home, run_cli):
 
     again = run_cli("quickstart", *SMALL)
     assert again.exit_code == 2 and "already has a quickstart" in again.output and "--force" in again.output
+
+
+def test_quickstart_without_an_agent_that_stands_out_distills_nothing_and_claims_nothing(home, run_cli):
+    result = run_cli("quickstart", "--agents", "6", "--windows", "12", "--steps-per-window", "2")
+    assert result.exit_code == 0, result.output
+    assert "nothing to distill, and nothing is claimed" in result.output and "learning NOT shown" in result.output
+    assert "done train" not in result.output and not (home / "runs" / "quickstart").exists()
 
 
 def test_the_benchmark_line_quotes_the_committed_result(tmp_path) -> None:

@@ -28,19 +28,22 @@ def _label(p: "PolicyResult") -> str:
 
 
 def _pnl(interval) -> str:
-    return f"{interval.value:+.1f} [{interval.low:+.1f},{interval.high:+.1f}]"
+    return f"{interval.value:+.1f} [{interval.low:+.0f},{interval.high:+.0f}]"
 
 
 def _share(interval) -> str:
-    return f"{interval.value:.2f} [{interval.low:.2f},{interval.high:.2f}]"
+    def short(x: float) -> str:
+        return f"{x:.2f}".replace("0.", ".", 1)
+
+    return f"{short(interval.value)} [{short(interval.low)},{short(interval.high)}]"
 
 
 def eval_table(result: "EvalResult") -> Table:
     table = Table(title=f"held-out: {len(result.eval_set.windows)} windows, {len(result.eval_set.decisions)} decisions, "
                         "95 % intervals over windows", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                   collapse_padding=True, title_justify="left")
-    table.add_column("policy", no_wrap=True, max_width=18, overflow="ellipsis")
-    for column in ("P&L/decision", "trade precision", "traded", "acc.", "top answer"):
+    table.add_column("policy", no_wrap=True, max_width=15, overflow="ellipsis")
+    for column in ("P&L/decision", "precision", "traded", "acc.", "top answer"):
         table.add_column(column, justify="right", no_wrap=True)
     for p in result.policies:
         m = p.metrics
@@ -48,7 +51,7 @@ def eval_table(result: "EvalResult") -> Table:
             continue
         top, share = p.top_answer
         table.add_row(_label(p), _pnl(m["pnl_per_decision"]), _share(m["trade_precision"]) if m["trade_share"].value else "no trade",
-                      f"{m['trade_share'].value:.2f}", f"{m['direction_accuracy'].value:.2f}", f"{top[:9]} {share:.0%}")
+                      f"{m['trade_share'].value:.2f}", f"{m['direction_accuracy'].value:.2f}", f"{top[:10]} {share:.0%}")
     return table
 
 
