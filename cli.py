@@ -688,7 +688,7 @@ def improve(obj: BabylonContext, **options) -> None:
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
 @click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (distillation and the imitation baseline alike).")
 @click.option("--groups-per-step", type=click.IntRange(min=1), default=32, show_default=True, help="Decisions per step.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-4, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,

@@ -383,20 +383,23 @@ class MenuTrainer(Checkpoints):
     def _logprobs(self, items: list[MenuItem]):
         return menu_logprobs(self.split, items, self.options.device)
 
-    def step(self, items: list[MenuItem]) -> dict[str, float]:
-        """One AdamW step on a batch of items, `micro_batch` at a time (gradients summed); the averaged weights follow."""
+    def step(self, items: list[MenuItem]) -> dict:
+        """One AdamW step on a batch of items, `micro_batch` at a time (gradients summed); the averaged weights follow.
+        `chosen`: each item's first-ranked menu entry under the weights before the step (read off the loss's own pass)."""
         import torch
 
         o = self.options
         started = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total = 0.0
+        total, chosen = 0.0, []
         for start in range(0, len(items), o.micro_batch):
             part = items[start : start + o.micro_batch]
-            loss = self._loss(part) * len(part) / len(items)
+            loss, logp = self._loss(part)
+            loss = loss * len(part) / len(items)
             loss.backward()
             total += float(loss.detach())
+            chosen += logp.detach().argmax(1).tolist()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
         self.optimizer.step()
         self.model.eval()
@@ -405,10 +408,11 @@ class MenuTrainer(Checkpoints):
             decay = min(o.ema, self.steps / (self.steps + 10)) if o.ema else 0.0
             for avg, p in zip(self.averaged, self.params):
                 avg.mul_(decay).add_(p.detach(), alpha=1 - decay)
-        return {"loss": total, "grad_norm": grad_norm, "seconds": time.monotonic() - started}
+        return {"loss": total, "grad_norm": grad_norm, "seconds": time.monotonic() - started, "chosen": chosen}
 
     def _loss(self, items: list[MenuItem]):
-        """The mean loss of these items: cross-entropy to softmax(reward / T) over the menu, or to the logged answer."""
+        """The mean loss of these items (cross-entropy to softmax(reward / T) over the menu, or to the logged answer), and
+        their menu log-probabilities."""
         import torch
 
         o = self.options
@@ -417,10 +421,10 @@ class MenuTrainer(Checkpoints):
             index = torch.tensor([item.logged_index for item in items], device=logp.device)
             kept = index >= 0
             picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
-            return -(picked * kept).sum() / max(len(items), 1)
+            return -(picked * kept).sum() / max(len(items), 1), logp
         rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
         target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
-        return -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
+        return -(target * logp.masked_fill(~present, 0.0)).sum(1).mean(), logp
 
     def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
         """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
@@ -463,7 +467,7 @@ class MenuTrainer(Checkpoints):
 
         items = self.items_for(tasks, self.options.variants)
         stats = self.step(items)
-        chosen = self.choose(items, averaged=False)
+        chosen = stats["chosen"]  # what the policy answered before this step: no second pass over the batch
         rewards = [float(item.rewards[i]) for item, i in zip(items, chosen)]
         by_trajectory: dict[str, list[float]] = {}
         for item, reward in zip(items, rewards):
