@@ -170,13 +170,13 @@ class TerminalConsole(Console):
                             f"{standing.corrected_level:.1%} intervals ({standing.level:.0%} over {len(standing.agents)} agents)",
                       title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
         scored = any(a.judge_score is not None for a in standing.agents)
-        columns = ["agent", "win", "P&L/win", "P&L/dec", "vs peers", "interval"] + (["judge"] if scored else []) + ["standing"]
+        columns = ["agent", "win", "P&L/win", "P&L/dec", "vs peers", "interval"] + (["judge"] if scored else []) + [""]
         for column in columns:
-            table.add_column(column, justify="left" if column in ("agent", "standing") else "right", no_wrap=True)
+            table.add_column(column, justify="left" if column in ("agent", "") else "right", no_wrap=True)
         for a in standing.agents:
             score = [] if not scored else ["" if a.judge_score is None else f"{a.judge_score:.2f}"]
             table.add_row(a.agent_id, str(a.windows), f"{a.pnl_per_window:+.1f}", f"{a.pnl_per_decision:+.2f}",
-                          f"{a.vs_peers.value:+.1f}", f"[{a.vs_peers.low:+.1f}, {a.vs_peers.high:+.1f}]", *score, a.standing)
+                          f"{a.vs_peers.value:+.1f}", f"[{a.vs_peers.low:+.1f},{a.vs_peers.high:+.1f}]", *score, a.standing)
         self.print(table)
         above = standing.above
         self.print(f"{len(above)} of {len(standing.agents)} agents stand above their peers beyond the interval"
