@@ -33,7 +33,6 @@ INVALID_REWARD = -2.0
 PNL_SCALE = 100.0  # dollars per reward unit
 PNL_CLIP = 2.0
 DIRECTION_BONUS = 0.5
-SPREAD_EPS = 1e-6
 LONGEST_SAMPLE = 16  # prompts, longest by characters, tokenised to find the longest in tokens
 
 
@@ -78,7 +77,6 @@ class DecisionData:
     manifest: dict
     train: list[Task]
     validation: list[Task]
-
     teachers: "Teachers | None" = None  # distillation: who the train decisions were kept for
     read_trajectory_ids: frozenset[str] = frozenset()  # ids read besides the kept decisions' (the standing's windows)
 

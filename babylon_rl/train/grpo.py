@@ -40,8 +40,10 @@ from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.policy import PromptBatch, answer_logprobs, decode_answers, encode_answers, encode_prompts, greedy_answers, sample_answers
 from babylon_rl.train import memory
 from babylon_rl.evaluate.scoring import Outcome
-from babylon_rl.train.decisions import LONGEST_SAMPLE, SPREAD_EPS, StepResult, Task, longest_prompts
+from babylon_rl.train.decisions import LONGEST_SAMPLE, StepResult, Task, longest_prompts
 from babylon_rl.train.torch_backend import Checkpoints
+
+SPREAD_EPS = 1e-6  # a decision whose answers' rewards spread less than this teaches nothing
 
 
 
