@@ -24,6 +24,7 @@ def record_stage(it: Iteration, stage: str, promoted: bool = False) -> None:
     elif stage == "gate":
         diff = figure(0.1, 0.05) if promoted else figure(0.02, 0.05)
         it.gate = {"direction_accuracy": diff, "pnl_per_decision": figure(1.5, 1.0) if promoted else figure(-3.0, 1.0),
+                   "trade_precision": diff,
                    "could_recognise_news_rule": False, "candidate": {"direction_accuracy": figure(0.4, 0.05),
                    "pnl_per_decision": figure(2.0, 1.5)}, "champion": {"direction_accuracy": figure(0.35, 0.05),
                    "pnl_per_decision": figure(1.0, 1.5)}}

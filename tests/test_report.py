@@ -95,8 +95,8 @@ def test_improve_report_has_both_plots_a_row_per_iteration_and_the_verdict(home,
                                      ["1", "tiny", "runs/improve-001/merged", "promoted"],
                                      ["2", "runs/improve-001/merged", "runs/improve-002/merged", "kept the champion"]]
     assert rows[1][4].startswith("the candidate beat the champion beyond the interval on both")
-    assert ("the difference in direction accuracy stayed inside its interval (+0.020 [-0.030, +0.070] includes 0); "
-            "the candidate was worse on P&L per decision beyond the interval") in rows[0][4]
+    assert ("the candidate was worse on P&L per decision beyond the interval (-3.00 [-4.00, -2.00]); "
+            "the difference in trade precision stayed inside its interval (+0.020 [-0.030, +0.070] includes 0)") in rows[0][4]
     assert rows[0][4].endswith("the gate could not recognise even the news rule")
     assert rows[2][5:] == ["12.5"] * 5  # each stage's seconds
     assert "The policy agents' mean window P&L went from +0.00 [-4.00, +4.00] in iteration 0 to +20.00 [+16.00, +24.00] " \
