@@ -160,7 +160,7 @@ class BabylonContext:
             from babylon_rl.dataset.selection import open_marts
 
             span = (since.strftime("%Y-%m-%dT%H:%M") if since else None, until.strftime("%Y-%m-%dT%H:%M") if until else None)
-            conn = open_marts(self.home, gateway, self.database_url)
+            conn = open_marts(self.home, gateway, self.database_url, ("agent_window_pnl",))
             try:
                 rows = standing.of_marts(conn, *span)
             finally:

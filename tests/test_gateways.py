@@ -183,6 +183,15 @@ def test_duckdb_postgres_and_spark_build_the_same_marts(run_cli, history: str, h
         datasets[gateway] = _dataset(home / "datasets" / f"from-{gateway}")
     assert datasets["duckdb"][0]["train"], "the dataset should hold training rows"
     assert datasets["postgres"] == datasets["duckdb"] and datasets["spark"] == datasets["duckdb"]
+    # the agents' standing reads the marts of any gateway, and the three give the same standing
+    standings = {}
+    for gateway in ("duckdb", "postgres", "spark"):
+        result = run_cli("--database-url", history, "agents", "--gateway", gateway, "--json", "--resamples", "500")
+        assert result.exit_code == 0, result.output
+        standings[gateway] = json.loads(result.output)
+    assert len(standings["duckdb"]["agents"]) == 6 and standings["duckdb"]["windows"] == 4
+    for gateway in ("postgres", "spark"):
+        assert standings[gateway]["agents"] == standings["duckdb"]["agents"], gateway
 
     (psql,) = _readme_commands("psql")
     assert "2025-01-15T13:00" in _run_in_checkout(psql, home, tmp_path, DATABASE_URL=history)

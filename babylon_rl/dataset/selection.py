@@ -46,18 +46,19 @@ class Candidates:
     anchor: datetime | None  # newest window in the warehouse (the lookback is relative to it)
 
 
-def open_marts(home: Home, gateway: str = "duckdb", database_url: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection in which `babylon.*` are the marts of `gateway`: the warehouse (duckdb), the
-    game database's schema babylon (postgres, through DuckDB's postgres scanner), or the Parquet
+def open_marts(home: Home, gateway: str = "duckdb", database_url: str | None = None,
+               marts: tuple[str, ...] = REQUIRED_MARTS) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection in which `babylon.*` are the marts of `gateway` (`marts`, checked to exist): the warehouse
+    (duckdb), the game database's schema babylon (postgres, through DuckDB's postgres scanner), or the Parquet
     files the spark gateway publishes (spark)."""
     if gateway == "postgres":
-        return _postgres_marts(home, database_url)
+        return _postgres_marts(home, database_url, marts)
     if gateway == "spark":
-        return _spark_marts(home)
-    return _warehouse_marts(home)
+        return _spark_marts(home, marts)
+    return _warehouse_marts(home, marts)
 
 
-def _postgres_marts(home: Home, database_url: str | None) -> duckdb.DuckDBPyConnection:
+def _postgres_marts(home: Home, database_url: str | None, marts: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
     from babylon_rl.snapshot import SOURCE_ALIAS, attach_source
 
     conn = warehouse.connect_memory()
@@ -65,17 +66,17 @@ def _postgres_marts(home: Home, database_url: str | None) -> duckdb.DuckDBPyConn
     present = {row[0] for row in conn.execute(
         f"SELECT table_name FROM information_schema.tables WHERE table_catalog = '{SOURCE_ALIAS}' AND table_schema = 'babylon'"
     ).fetchall()}
-    _require(conn, present, "the game database has no {}; build the marts there with `sqlmesh --gateway postgres plan`")
+    _require(conn, present, marts, "the game database has no {}; build the marts there with `sqlmesh --gateway postgres plan`")
     conn.execute("CREATE SCHEMA babylon")
-    for mart in REQUIRED_MARTS:
+    for mart in marts:
         conn.execute(f"CREATE VIEW babylon.{mart} AS SELECT * FROM {SOURCE_ALIAS}.babylon.{mart}")
     return conn
 
 
-def _spark_marts(home: Home) -> duckdb.DuckDBPyConnection:
+def _spark_marts(home: Home, marts: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
     conn = warehouse.connect_memory()
-    files = {mart: home.spark_exports / (f"{mart}.parquet" if mart != "training_samples" else mart) for mart in REQUIRED_MARTS}
-    _require(conn, {mart for mart, path in files.items() if path.exists()},
+    files = {mart: home.spark_exports / (f"{mart}.parquet" if mart != "training_samples" else mart) for mart in marts}
+    _require(conn, {mart for mart, path in files.items() if path.exists()}, marts,
              f"{home.spark_exports} has no export of {{}}; run `cli.py build --gateway spark`")
     conn.execute("CREATE SCHEMA babylon")
     for mart, path in files.items():
@@ -84,14 +85,14 @@ def _spark_marts(home: Home) -> duckdb.DuckDBPyConnection:
     return conn
 
 
-def _require(conn: duckdb.DuckDBPyConnection, present: set[str], message: str) -> None:
-    missing = [name for name in REQUIRED_MARTS if name not in present]
+def _require(conn: duckdb.DuckDBPyConnection, present: set[str], marts: tuple[str, ...], message: str) -> None:
+    missing = [name for name in marts if name not in present]
     if missing:
         conn.close()
         raise WarehouseError(message.format(", ".join(f"babylon.{name}" for name in missing)))
 
 
-def _warehouse_marts(home: Home) -> duckdb.DuckDBPyConnection:
+def _warehouse_marts(home: Home, marts: tuple[str, ...]) -> duckdb.DuckDBPyConnection:
     """The warehouse opened read-only, after checking the marts exist and no build stopped half-way through them."""
     if not home.warehouse.exists():
         raise WarehouseError(f"no warehouse at {home.warehouse}; run `cli.py build` first")
@@ -102,7 +103,7 @@ def _warehouse_marts(home: Home) -> duckdb.DuckDBPyConnection:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'babylon'"
         ).fetchall()
     }
-    missing = [name for name in REQUIRED_MARTS if name not in present]
+    missing = [name for name in marts if name not in present]
     if missing:
         conn.close()
         names = ", ".join(f"babylon.{name}" for name in missing)
