@@ -500,6 +500,10 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
 @click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
+@click.option("--init-from", metavar="MODEL",
+              help="Menu objectives: start the LoRA from this adapter (a run name: its latest checkpoint; or a checkpoint "
+                   "directory), e.g. improve on a distilled run with --objective menu. Its run must not have read this "
+                   "dataset's eval windows.")
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
@@ -526,6 +530,7 @@ def train(obj: BabylonContext, **options) -> None:
       python cli.py train --dataset demo --objective counterfactual --groups-per-step 16 --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --objective menu --groups-per-step 32 --epochs 3 --eval-every 20 --keep-best
       python cli.py train --dataset demo --objective distill --groups-per-step 32 --max-steps 12
+      python cli.py train --dataset demo --objective menu --init-from demo-torch --run-name demo-improved
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume

@@ -657,6 +657,47 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
     assert "its teachers" in evaluation.output and "trade precision" in evaluation.output
 
 
+def test_a_menu_run_starts_from_a_distilled_adapter_that_never_read_its_eval_windows(home, small_llama, run_cli):
+    """--init-from: the improvement starts from the distilled adapter's weights, counts what its run read as read, and is
+    refused in one line for another objective, another shape, or a parent that read this dataset's eval windows."""
+    import torch
+    from safetensors.torch import load_file
+
+    for args in (("simulate", "--agents", "10", "--windows", "120", "--steps-per-window", "3", "--seed", "0", "--start", "2025-01-01T00:00",
+                  "--dirt-rate", "0"),
+                 ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "121", "--min-actions", "3", "--max-group-size", "10",
+                              "--target-trajectories", "100000", "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
+        assert run_cli(*args).exit_code == 0
+    common = ("--dataset", "d", "--base-model", str(small_llama), "--train-layers", "1", "--groups-per-step", "4")
+    assert run_cli("train", *common, "--objective", "distill", "--run-name", "taught", "--max-steps", "2",
+                   "--learning-rate", "1e-2").exit_code == 0
+    result = run_cli("train", *common, "--objective", "menu", "--init-from", "taught", "--run-name", "improved", "--max-steps", "1",
+                     "--learning-rate", "1e-12")
+    assert result.exit_code == 0, result.output
+    assert "starting from the adapter" in result.output
+    taught = load_file(str(home / "runs" / "taught" / "checkpoints" / "step-2" / "adapter_model.safetensors"))
+    improved = load_file(str(home / "runs" / "improved" / "checkpoints" / "step-1" / "adapter_model.safetensors"))
+    assert any(float(v.abs().max()) > 0 for k, v in taught.items() if "lora_B" in k)  # a fresh LoRA's B is zero
+    assert all(torch.allclose(improved[k], taught[k], atol=1e-6) for k in taught)
+    parent = set(json.loads((home / "runs" / "taught" / "inputs.json").read_text())["trajectory_ids"])
+    assert parent <= set(json.loads((home / "runs" / "improved" / "inputs.json").read_text())["trajectory_ids"])
+
+    refused = {
+        "another objective": run_cli("train", *common, "--objective", "grpo", "--on-policy", "--init-from", "taught", "--run-name", "x1"),
+        "another shape": run_cli("train", *common[:-4], "--train-layers", "2", "--groups-per-step", "4", "--objective", "menu",
+                                 "--init-from", "taught", "--run-name", "x2", "--max-steps", "1"),
+        "not a model": run_cli("train", *common, "--objective", "menu", "--init-from", "nope", "--run-name", "x3"),
+    }
+    assert run_cli("dataset", "build", "--name", "late", "--lookback-hours", "121", "--min-actions", "3", "--max-group-size", "10",
+                   "--target-trajectories", "100000", "--validation-fraction", "0.1", "--eval-fraction", "0.8").exit_code == 0
+    refused["read held-out"] = run_cli("train", *common[2:], "--dataset", "late", "--objective", "menu", "--init-from", "taught",
+                                       "--run-name", "x4", "--max-steps", "1")
+    for why, result in refused.items():
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, (why, result.output)
+    assert "eval split" in refused["read held-out"].output and "--train-layers" in refused["another shape"].output
+    assert not any((home / "runs" / name / "checkpoints").exists() for name in ("x1", "x2", "x3", "x4"))
+
+
 def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(home, small_llama, run_cli):
     for args in (("simulate", "--agents", "5", "--windows", "8", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
                  ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "9", "--min-actions", "2",

@@ -332,9 +332,11 @@ class MenuTrainer(Checkpoints):
     task's items are made and their frozen states computed the first time it is seen, then reused.
     """
 
-    def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = (), validation: list[Task] = ()) -> None:
+    def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = (), validation: list[Task] = (),
+                 init_adapter: Path | None = None) -> None:
         """`tasks` and `validation`: the train and validation decisions it will see; their frozen states (train ones
-        under `variants` renamings each) and the largest pass are checked against free memory before the weights load."""
+        under `variants` renamings each) and the largest pass are checked against free memory before the weights load.
+        `init_adapter`: a LoRA adapter of the same rank and blocks to start from (distilled, then improved)."""
         import torch
 
         from babylon_rl.train.models import load_causal_lm, lora_model
@@ -354,6 +356,8 @@ class MenuTrainer(Checkpoints):
         self.model.eval()
         self.split = SplitModel(self.model, options.train_layers, bottom_dtype(options.device))
         self._states_key = SharedStates.model_key(base_model, options.train_layers, bottom_dtype(options.device))
+        if init_adapter is not None:
+            load_adapter(self.model, init_adapter)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.averaged = [p.detach().clone() for p in self.params]
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
@@ -514,6 +518,16 @@ class MenuTrainer(Checkpoints):
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         self.steps = state["steps"]
+
+
+def load_adapter(model, adapter: Path) -> None:
+    """The adapter's weights into `model`'s LoRA (the same rank and blocks: `loop.warm_start` checked them)."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from babylon_rl.train.torch_backend import ADAPTER_FILE
+
+    set_peft_model_state_dict(model, load_file(str(adapter / ADAPTER_FILE)))
 
 
 def _padded(rows: list[np.ndarray], width: int, device):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -64,6 +64,7 @@ class TrainConfig(BaseModel):
     max_length: int = Field(2048, ge=16)  # logged path: tokens per chunk of a conversation
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
+    init_from: str | None = None  # menu objectives: start the LoRA from this adapter (a run's latest checkpoint, or a directory)
 
     @property
     def name(self) -> str:
@@ -101,9 +102,10 @@ class TrainResult:
         return self.steps - self.resumed_at
 
 
-def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None):
+def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None,
+                 init_adapter: Path | None = None):
     """The trainer for this config; a decision trainer sizes its memory by the train and validation decisions it
-    will see (`scheduled`)."""
+    will see (`scheduled`); a menu trainer starts from `init_adapter` when given (`warm_start`)."""
     if config.objective in MENU_OBJECTIVES:
         from babylon_rl.train.cached import MenuOptions, MenuTrainer
         from babylon_rl.train.models import resolve_device
@@ -114,7 +116,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
             objective=MENU_OBJECTIVES[config.objective],
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
-            device=resolve_device(config.device)), *seen)
+            device=resolve_device(config.device)), *seen, init_adapter=init_adapter)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
@@ -182,6 +184,11 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     if getattr(data, "teachers", None):
         console.print(data.teachers.line())
     base_model = resolve_model(home, config, console)
+    init_adapter = None
+    if config.init_from:
+        init_adapter, parent_ids = warm_start(home, config, base_model)
+        data = replace(data, read_trajectory_ids=data.read_trajectory_ids | parent_ids)
+        console.print(f"starting from the adapter {init_adapter}")
     if config.backend != "torch" and art_factory is None:
         from babylon_rl.train.art_backend import check_available
 
@@ -193,7 +200,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
     # model, and where a resumed run left off
     trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps) if config.on_decisions else ([], []),
-                           art_factory)
+                           art_factory, init_adapter)
     if getattr(trainer, "plan", None):
         from babylon_rl.train.memory import headroom
 
@@ -270,6 +277,45 @@ def _load_data(home: Home, config: TrainConfig):
             data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed))
         return data
     return load_scored_dataset(home, config.dataset)
+
+
+def warm_start(home: Home, config: TrainConfig, base_model: str) -> tuple[Path, frozenset[str]]:
+    """The adapter `--init-from` names, and the trajectory ids its own run read (they count as read by this run).
+
+    Refused in one line: an objective that does not train from frozen states, a path that is no adapter of this
+    base model, and an adapter whose run read any of this dataset's eval windows (held out stays held out)."""
+    from transformers import AutoConfig
+
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.evaluate.policies import resolve_model as resolve_reference
+
+    if config.objective not in MENU_OBJECTIVES:
+        raise ConfigError(f"--init-from starts a menu objective ({', '.join(MENU_OBJECTIVES)}) from an adapter; "
+                          f"--objective {config.objective} cannot start from one")
+    ref = resolve_reference(home, config.init_from)
+    if not ref.adapter:
+        raise ConfigError(f"--init-from {config.init_from}: {ref.path} is a whole model, not a LoRA adapter: name a run or a checkpoint")
+    if ref.base_model and Path(ref.base_model).resolve() != Path(base_model).resolve():
+        raise ConfigError(f"--init-from {config.init_from}: the adapter was trained on {ref.base_model}, not {base_model}: "
+                          f"pass --base-model {ref.base_model}")
+    shape = json.loads((ref.path / "adapter_config.json").read_text())
+    layers = AutoConfig.from_pretrained(base_model).num_hidden_layers
+    blocks = sorted(shape.get("layers_to_transform") or range(layers))
+    if shape.get("r") != config.lora_r or blocks != list(range(layers - config.train_layers, layers)):
+        raise ConfigError(f"--init-from {config.init_from}: the adapter has rank {shape.get('r')} on the top {len(blocks)} blocks; "
+                          f"this run trains rank {config.lora_r} on {config.train_layers}: pass --lora-r {shape.get('r')} "
+                          f"--train-layers {len(blocks)}")
+    inputs = ref.run_dir / "inputs.json" if ref.run_dir else None
+    if inputs is None or not inputs.exists():
+        raise ConfigError(f"--init-from {config.init_from}: {ref.path} has no run with an inputs.json, so what it read cannot be "
+                          "checked against this dataset's eval split: start from a checkpoint of a babylon-rl run")
+    parent_ids = frozenset(json.loads(inputs.read_text())["trajectory_ids"])
+    eval_rows = Dataset.open(home, config.dataset).read_split("eval", ["trajectory_id"])
+    leaked = parent_ids & set(eval_rows["trajectory_id"].to_list() if eval_rows is not None else [])
+    if leaked:
+        raise ConfigError(f"--init-from {config.init_from}: its run read {len(leaked)} trajectories of dataset "
+                          f"{config.dataset!r}'s eval split (e.g. {min(leaked)}): starting from it would train on held-out windows")
+    return ref.path, parent_ids
 
 
 def _record_inputs(run: RunDir, data) -> None:
