@@ -486,9 +486,9 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"]), default="grpo",
-              show_default=True,
-              help="torch: grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"]),
+              help="Default: distill on the torch back-end (a step costs seconds), grpo on art/serverless and with "
+                   "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
                    "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline; "
                    "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
@@ -514,25 +514,29 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
 @click.pass_obj
 @error_handler
 def train(obj: BabylonContext, **options) -> None:
-    """Train a policy: GRPO on its own answers (--on-policy), or on a dataset's scored trajectories.
+    """Train a policy: by default (torch) distil the agents that stand above their peers on the train windows.
 
     \b
+    With no --objective on the torch back-end: the logged answers of the agents the data proves
+    best (`cli.py agents`), from frozen states (docs/TRAINING.md). --objective grpo: one GRPO
+    group per window of a dataset's scored trajectories (the ART back-ends' default).
     --on-policy: the policy (SmolLM2-135M-Instruct by default, made on first use) answers the
     train split's replayed decisions, --samples answers each, priced by what the market did.
-    Without it: one GRPO group per window of logged trajectories, weighted by their scores.
     Selection (--eval-every, --keep-best) reads the validation split, never eval.
     Writes HOME/runs/RUN/ (checkpoints/step-N, metrics.csv, inputs.json, wandb/). With
     --database-url it records training_batches and trained_models and marks trained trajectories.
     \b
     Examples:
+      python cli.py train --dataset demo
+      python cli.py train --dataset demo --objective grpo --max-steps 12
       python cli.py train --dataset demo --on-policy --max-steps 12
       python cli.py train --dataset demo --objective imitate --run-name demo-imitation --max-steps 12
       python cli.py train --dataset demo --objective counterfactual --groups-per-step 16 --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --objective menu --groups-per-step 32 --epochs 3 --eval-every 20 --keep-best
-      python cli.py train --dataset demo --objective distill --groups-per-step 32 --max-steps 12
+      python cli.py train --dataset demo --groups-per-step 32 --max-steps 12 --learning-rate 1e-3
       python cli.py train --dataset demo --objective menu --init-from demo-torch --run-name demo-improved
       python cli.py model init-tiny --dataset demo
-      python cli.py train --dataset demo --base-model tiny --learning-rate 1e-3 --max-steps 20
+      python cli.py train --dataset demo --objective grpo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume
       python cli.py --database-url postgresql://postgres@127.0.0.1/babylon train --dataset demo \\
           --backend art --base-model Qwen/Qwen2.5-0.5B-Instruct --epochs 3

@@ -305,7 +305,7 @@ class BabylonContext:
             result = init_default_model(self.home, name, force)
         if result.created:
             self.console.print(f"saved {result.path}: {result.parameters:,} parameters ({result.seconds:.1f}s); "
-                               f"train it with python cli.py train --dataset NAME --base-model {name} --on-policy")
+                               f"train it with python cli.py train --dataset NAME --base-model {name}")
         else:
             self.console.print(f"{result.path} already exists (--force converts it again)")
         return result
@@ -322,7 +322,7 @@ class BabylonContext:
         self.console.print(
             f"saved {result.path}: {result.parameters:,} parameters, vocabulary {result.vocab_size}, "
             f"warm-start loss {result.warmup_loss:.3f} ({result.seconds:.1f}s); train it with "
-            f"python cli.py train --dataset {dataset} --base-model {name} --learning-rate 1e-3"
+            f"python cli.py train --dataset {dataset} --base-model {name} --objective grpo --learning-rate 1e-3"
         )
         return result
 

@@ -41,7 +41,7 @@ def run(home: Path, dataset: str, name: str, extra: list[str], limit: int) -> tu
     run_name = "bench-memory-" + name.replace(" ", "-")
     shutil.rmtree(home / "runs" / run_name, ignore_errors=True)
     args = [sys.executable, "cli.py", "--home", str(home), "train", "--dataset", dataset, "--max-steps", "1",
-            "--run-name", run_name, *extra]
+            "--run-name", run_name, *(extra if "--objective" in extra or "--on-policy" in extra else ["--objective", "grpo", *extra])]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True,
                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
     output = process.stdout.read()

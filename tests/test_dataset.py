@@ -436,6 +436,7 @@ READERS = [
     ("dataset", "show", "dmg"),
     ("score", "--dataset", "dmg", "--judge", "heuristic"),
     ("train", "--dataset", "dmg", "--max-steps", "1"),
+    ("train", "--dataset", "dmg", "--objective", "grpo", "--max-steps", "1"),
     ("eval", "--dataset", "dmg", "--model", "none-needed"),
     ("dataset", "export", "dmg", "--format", "jsonl"),
 ]

@@ -635,9 +635,10 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
                               "--target-trajectories", "100000", "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
-    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--objective", "distill", "--run-name", "r",
+    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "r",  # no --objective: distill
                      "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best")
     assert result.exit_code == 0, result.output
+    assert json.loads((home / "runs" / "r" / "run.json").read_text())["objective"] == "distill"
     inputs = json.loads((home / "runs" / "r" / "inputs.json").read_text())
     teachers = [t["agent_id"] for t in inputs["teachers"]["teachers"]]
     assert teachers and f"teachers ({len(teachers)} of 10 agents" in result.output
@@ -696,6 +697,15 @@ def test_a_menu_run_starts_from_a_distilled_adapter_that_never_read_its_eval_win
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, (why, result.output)
     assert "eval split" in refused["read held-out"].output and "--train-layers" in refused["another shape"].output
     assert not any((home / "runs" / name / "checkpoints").exists() for name in ("x1", "x2", "x3", "x4"))
+
+
+def test_the_torch_back_end_distils_by_default_and_art_keeps_grpo():
+    from babylon_rl.train.loop import TrainConfig
+
+    assert TrainConfig(dataset="d").objective == "distill"
+    assert TrainConfig(dataset="d", backend="art").objective == "grpo"
+    assert TrainConfig(dataset="d", on_policy=True).objective == "grpo"
+    assert TrainConfig(dataset="d", objective="menu").objective == "menu"
 
 
 def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(home, small_llama, run_cli):

@@ -55,8 +55,8 @@ def template(tmp_path_factory):
 
 def test_report_has_plots_and_eval_table(template, home, run_cli):
     h = install(template, home)
-    assert run_cli("train", "--dataset", "ds", "--base-model", "tiny", "--learning-rate", "1e-3", "--groups-per-step", "2",
-                   "--max-steps", "2", "--run-name", "r1").exit_code == 0
+    assert run_cli("train", "--dataset", "ds", "--base-model", "tiny", "--objective", "grpo", "--learning-rate", "1e-3",
+                   "--groups-per-step", "2", "--max-steps", "2", "--run-name", "r1").exit_code == 0
     write_eval_dataset(home)
     assert run_cli("eval", "--model", "r1", "--dataset", "ev", "--resamples", "200").exit_code == 0
     result = run_cli("report", "r1")

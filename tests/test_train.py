@@ -18,7 +18,7 @@ from tests import game_rows
 from tests.train_factory import write_dataset
 from tests.train_support import build_template, install
 
-TRAIN_ARGS = ["--dataset", "ds", "--base-model", "tiny", "--groups-per-step", "2", "--learning-rate", "1e-3"]
+TRAIN_ARGS = ["--dataset", "ds", "--base-model", "tiny", "--objective", "grpo", "--groups-per-step", "2", "--learning-rate", "1e-3"]
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_interrupt_then_resume_ends_like_an_uninterrupted_run(template, home, ru
         if step == 4:
             raise KeyboardInterrupt
 
-    config = TrainConfig(dataset="ds", base_model="tiny", groups_per_step=2, learning_rate=1e-3, max_steps=5,
+    config = TrainConfig(dataset="ds", base_model="tiny", objective="grpo", groups_per_step=2, learning_rate=1e-3, max_steps=5,
                          run_name="r2", checkpoint_every=2)
     with pytest.raises(KeyboardInterrupt):
         train(h, config, database_url=migrated_pg_url, hooks=StepHooks(before_update=ctrl_c))
@@ -227,7 +227,7 @@ def test_keep_best_merge_and_corrupted_checkpoint(template, home, run_cli):
 def test_bad_input_is_one_line(template, home, run_cli, monkeypatch, args, message):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     install(template, home)
-    result = run_cli("train", "--dataset", "ds", *args)
+    result = run_cli("train", "--dataset", "ds", "--objective", "grpo", *args)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -237,7 +237,7 @@ def test_bad_input_is_one_line(template, home, run_cli, monkeypatch, args, messa
 def test_dataset_without_scores_is_scored_first(template, home, run_cli):
     install(template, home)
     (home / "datasets" / "ds" / "scores.parquet").unlink()
-    result = run_cli("train", "--dataset", "ds", "--run-name", "x", "--max-steps", "1", "--learning-rate", "1e-3")
+    result = run_cli("train", "--dataset", "ds", "--objective", "grpo", "--run-name", "x", "--max-steps", "1", "--learning-rate", "1e-3")
     assert result.exit_code == 0, result.output
     assert "no scores yet: scoring it with the heuristic judge first" in result.output
     scores = pl.read_parquet(home / "datasets" / "ds" / "scores.parquet")
@@ -248,7 +248,7 @@ def test_dataset_without_scores_is_scored_first(template, home, run_cli):
 def test_full_fine_tune_with_kl_checkpoints_and_resumes(template, home):
     """lora_r 0 trains the whole model against a frozen copy (KL > 0), saves it whole and resumes exactly."""
     h = install(template, home)
-    config = TrainConfig(dataset="ds", base_model="tiny", groups_per_step=2, learning_rate=1e-3, max_steps=4,
+    config = TrainConfig(dataset="ds", base_model="tiny", objective="grpo", groups_per_step=2, learning_rate=1e-3, max_steps=4,
                          run_name="full", checkpoint_every=2, lora_r=0, kl_coef=0.1)
     result = train(h, config)
     step2, step4 = (h.runs / "full" / "checkpoints" / f"step-{s}" for s in (2, 4))

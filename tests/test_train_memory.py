@@ -70,7 +70,7 @@ def smollm2_home(tmp_path_factory) -> Path:
 
 
 def test_logged_path_trains_smollm2_under_three_gb(smollm2_home):
-    done = run_limited(smollm2_home, "train", "--dataset", "ds", "--max-steps", "1", "--groups-per-step", "1",
+    done = run_limited(smollm2_home, "train", "--dataset", "ds", "--objective", "grpo", "--max-steps", "1", "--groups-per-step", "1",
                        "--run-name", "bounded")
     assert done.code == 0, done.stderr
     with (smollm2_home / "runs" / "bounded" / "metrics.csv").open() as handle:
@@ -81,7 +81,7 @@ def test_logged_path_trains_smollm2_under_three_gb(smollm2_home):
 
 
 def test_a_step_beyond_the_memory_limit_is_refused_in_one_line(smollm2_home):
-    done = run_limited(smollm2_home, "train", "--dataset", "ds", "--max-steps", "1", "--micro-batch", "400000",
+    done = run_limited(smollm2_home, "train", "--dataset", "ds", "--objective", "grpo", "--max-steps", "1", "--micro-batch", "400000",
                        "--run-name", "too-big", limit=4 * 1024**3)
     lines = done.stderr.strip().splitlines()
     assert done.code == 2 and len(lines) == 1, done.stderr

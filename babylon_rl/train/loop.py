@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 
 from babylon_rl.errors import ConfigError
@@ -50,7 +50,8 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"] = "grpo"
+    # None: distill on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"] | None = None
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
@@ -65,6 +66,12 @@ class TrainConfig(BaseModel):
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
     init_from: str | None = None  # menu objectives: start the LoRA from this adapter (a run's latest checkpoint, or a directory)
+
+    @model_validator(mode="after")
+    def _default_objective(self) -> "TrainConfig":
+        if self.objective is None:
+            self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
+        return self
 
     @property
     def name(self) -> str:

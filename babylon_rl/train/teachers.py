@@ -70,5 +70,6 @@ def choose(dataset, seed: int = 0) -> Teachers:
         why = f"; {len(dropped)} stood above on train but not on validation" if dropped else ""
         raise NoTeachers(f"no agent of dataset {dataset.name!r} stands above its peers beyond the "
                          f"{train.corrected_level:.1%} interval on its {len(train.windows)} train windows{why}: "
-                         f"nothing to distill, and nothing is claimed (see `cli.py agents --dataset {dataset.name}`)")
+                         f"nothing to distill, and nothing is claimed (see `cli.py agents --dataset {dataset.name}`; "
+                         "`train --objective menu` needs no teacher)")
     return Teachers(dataset.name, train, validation, chosen, dropped)
