@@ -31,6 +31,7 @@ from babylon_rl.serve.registry import Pool, Served, load_pool
 log = logging.getLogger("babylon_rl.serve")
 API_KEY_ENV = "BABYLON_RL_API_KEY"
 MAX_N = 8
+MAX_BODY_BYTES = 4_000_000  # far past any model's context here: a bigger body is refused before it is read
 DEFAULT_MAX_TOKENS = {"decision": 32, "chat": 128}
 
 
@@ -130,6 +131,13 @@ def create_app(state: State) -> FastAPI:
     app = FastAPI(title="babylon-rl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     _handlers(app)
     auth = Depends(_auth(state.options.api_key))
+
+    @app.middleware("http")
+    async def bounded_body(request: Request, call_next):
+        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            return _error(413, f"the request body is over {MAX_BODY_BYTES:,} bytes: shorten the messages",
+                          "invalid_request_error", "request_too_large")
+        return await call_next(request)
 
     @app.get("/health")
     async def health() -> JSONResponse:
