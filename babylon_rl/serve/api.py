@@ -28,7 +28,7 @@ from babylon_rl.serve.engine import Batcher, Job, QueueFull, Sampling
 from babylon_rl.serve.prompting import Prepared, prepare
 from babylon_rl.serve.registry import Pool, Served, load_pool
 
-log = logging.getLogger("babylon_rl.serve")
+log = logging.getLogger("uvicorn.error")  # uvicorn configures this one: our lines share its format
 API_KEY_ENV = "BABYLON_RL_API_KEY"
 MAX_N = 8
 MAX_BODY_BYTES = 4_000_000  # far past any model's context here: a bigger body is refused before it is read
