@@ -133,6 +133,8 @@ def test_user_mistakes_get_openai_shaped_errors_never_a_500(server, client):
     hot = httpx.post(url, json={"model": "smollm2-135m", "messages": CHAT, "temperature": 5})
     assert hot.status_code == 400 and _error(hot)["param"] == "temperature"
     assert _error(httpx.get(f"{server.base_url}/nothing-here")).get("type") == "invalid_request_error"
+    huge = httpx.post(url, content=b" " * 4_000_001, headers={"content-type": "application/json"})
+    assert huge.status_code == 413 and _error(huge)["code"] == "request_too_large"
     with pytest.raises(openai.NotFoundError) as unknown:
         client.chat.completions.create(model="gpt-9", messages=CHAT, max_tokens=2)
     assert unknown.value.body["code"] == "model_not_found" and "smollm2-135m" in unknown.value.body["message"]
@@ -236,3 +238,26 @@ def test_a_bet_on_m1_is_answered_with_the_games_market_id():
     assert "M1: ACME below 197.60? YES 50%" in prepared.text and "Think it through" not in prepared.text
     text, reason = finish(prepared, 'bet", "market": "M1", "side": "YES", "amount": 100}', [], hit_stop=True)
     assert text == '{"action": "bet", "market": "pm-75cb2-83304c56-0", "side": "YES", "amount": 100}' and reason == "stop"
+
+
+def test_names_resolve_to_checkpoints_the_promoted_model_and_their_base(smollm2_run_home):
+    from babylon_rl.errors import ConfigError
+    from babylon_rl.serve.registry import plan
+
+    home = Home(smollm2_run_home)
+    state, best = smollm2_run_home / "improve" / "state.json", smollm2_run_home / "runs" / "demo" / "best.json"
+    with pytest.raises(ConfigError, match="no model promoted yet"):
+        plan(home, ["promoted"])
+    state.parent.mkdir(exist_ok=True)
+    state.write_text(json.dumps({"champion": "runs/demo/checkpoints/step-1"}))
+    best.write_text(json.dumps({"step": 1, "score": 0.5}))
+    try:
+        served = {s.id: s for s in plan(home, ["promoted", "demo@best"])}
+        assert set(served) == {"promoted", "demo@1", "smollm2-135m"}  # the adapters' base is served beside them
+        assert served["promoted"].parent == served["demo@1"].parent == "smollm2-135m"
+        assert served["demo@1"].aliases == ("demo@best",)
+        with pytest.raises(ConfigError, match="served twice"):
+            plan(home, ["demo@1", "demo@best"])
+    finally:
+        state.unlink()
+        best.unlink()
