@@ -505,7 +505,10 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
       python cli.py serve smollm2-135m demo-torch@4 promoted --port 8001 --api-key "$KEY"
       python cli.py simulate --policy demo-torch@4 --base-url http://127.0.0.1:8000/v1
     """
-    from babylon_rl.serve.api import ServeOptions
+    try:
+        from babylon_rl.serve.api import ServeOptions
+    except ImportError as exc:
+        raise ConfigError(f"serve needs the serve extra ({exc.name} is missing): pip install -e '.[serve]'") from None
 
     options = ServeOptions(host=host, port=port, api_key=api_key or None, device=device, max_batch=max_batch,
                            batch_wait_ms=batch_wait_ms, max_queue=max_queue, max_tokens=max_tokens)
