@@ -451,6 +451,70 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
                         warmup_steps=warmup_steps, seed=seed)
 
 
+@model.command("export")
+@click.argument("model_name", metavar="RUN[@STEP]")
+@click.option("--format", "fmt", type=click.Choice(["hf", "adapter"]), default="hf", show_default=True,
+              help="hf: merged safetensors + tokenizer + chat template (transformers, vLLM); adapter: the PEFT adapter "
+                   "(vLLM --lora-modules).")
+@click.option("--to", "to", type=click.Path(path_type=Path), help="Directory to write (default HOME/exports/models/RUN@STEP-FORMAT).")
+@click.pass_obj
+@error_handler
+def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None) -> None:
+    """Export a run's checkpoint for a standard server, with a model card (README.md).
+
+    \b
+    RUN is its latest checkpoint; RUN@STEP, RUN@best (--keep-best's choice) and RUN@merged name one.
+    With --database-url, the export's path is recorded in model_exports beside its trained_models row.
+    \b
+    Examples:
+      python cli.py model export demo-torch --format hf
+      python cli.py model export demo-torch@4 --format adapter --to /srv/adapters/demo
+      vllm serve /srv/base --enable-lora --lora-modules demo=/srv/adapters/demo
+    """
+    obj.model_export(model_name, fmt, to)
+
+
+@cli.command()
+@click.argument("models", nargs=-1, metavar="[MODEL]...")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; 0.0.0.0 opens it to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--api-key", envvar="BABYLON_RL_API_KEY", help="Require Authorization: Bearer KEY on /v1/* (not /health). "
+              "Env: BABYLON_RL_API_KEY.")
+@click.option("--max-batch", type=click.IntRange(1, 256), default=16, show_default=True, help="Requests answered in one pass.")
+@click.option("--batch-wait-ms", type=click.FloatRange(0, 1000), default=10.0, show_default=True,
+              help="How long the first request of a batch waits for others.")
+@click.option("--max-queue", type=click.IntRange(1), default=64, show_default=True,
+              help="Requests that may wait; past it the server answers 429 with Retry-After.")
+@click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True, help="The most tokens a request may ask for.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.pass_obj
+@error_handler
+def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, api_key: str | None, max_batch: int,
+          batch_wait_ms: float, max_queue: int, max_tokens: int, device: str) -> None:
+    """Serve models on an OpenAI-compatible endpoint: POST /v1/chat/completions, GET /v1/models, GET /health.
+
+    \b
+    MODEL: a model in HOME/models (default smollm2-135m), RUN (its latest checkpoint), RUN@STEP,
+    RUN@best, RUN@merged, or `promoted` (the model improve promoted). Adapters share their base,
+    which is served too. A game action request is answered from the compact prompt the model was
+    trained on; any other request is served as it is (the response's `babylon.prompt` says which).
+    SIGTERM or Ctrl-C finishes the requests in flight, then exits.
+    \b
+    Examples:
+      python cli.py serve
+      python cli.py serve smollm2-135m demo-torch@4 promoted --port 8001 --api-key "$KEY"
+      python cli.py simulate --policy demo-torch@4 --base-url http://127.0.0.1:8000/v1
+    """
+    try:
+        from babylon_rl.serve.api import ServeOptions
+    except ImportError as exc:
+        raise ConfigError(f"serve needs the serve extra ({exc.name} is missing): pip install -e '.[serve]'") from None
+
+    options = ServeOptions(host=host, port=port, api_key=api_key or None, device=device, max_batch=max_batch,
+                           batch_wait_ms=batch_wait_ms, max_queue=max_queue, max_tokens=max_tokens)
+    sys.exit(obj.serve(list(models) or ["smollm2-135m"], options))
+
+
 @cli.command()
 @click.option("--dataset", required=True, help="A dataset (HOME/datasets/NAME); without --on-policy it is scored first if it has no scores.")
 @click.option("--backend", type=click.Choice(["torch", "art", "serverless"]), default="torch", show_default=True,

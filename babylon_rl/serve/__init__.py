@@ -1,0 +1,9 @@
+"""`cli.py serve`: the trained agent served to the game as an OpenAI-compatible endpoint.
+
+- `registry`: which models a server holds (a base model, RUN@STEP checkpoints, improve's promoted model)
+  and loading them (adapters share one copy of their base);
+- `prompting`: a chat request turned into what the model was trained on (`decision_prompt`), or served as it is;
+- `engine`: the bounded queue and the dynamic batcher that runs the one decoding path (`babylon_rl.policy`);
+- `api`: the HTTP boundary (FastAPI on uvicorn): pydantic requests, OpenAI-shaped answers and errors, the key.
+"""
+

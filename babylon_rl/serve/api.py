@@ -1,0 +1,258 @@
+"""The HTTP boundary: FastAPI on uvicorn, OpenAI's chat-completions shape.
+
+POST /v1/chat/completions, GET /v1/models, GET /health (503 while the weights load, 200 when
+ready). Every error is `{"error": {"message", "type", "param", "code"}}`: 400 for a bad body or a
+prompt longer than the model's context, 401 for a wrong key, 404 for an unknown model, 429 with
+Retry-After when the queue is full, 503 while loading. Fields the server does not know are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from babylon_rl.serve.engine import Batcher, Job, QueueFull, Sampling
+from babylon_rl.serve.prompting import Prepared, prepare
+from babylon_rl.serve.registry import Pool, Served, load_pool
+
+log = logging.getLogger("uvicorn.error")  # uvicorn configures this one: our lines share its format
+API_KEY_ENV = "BABYLON_RL_API_KEY"
+MAX_N = 8
+MAX_BODY_BYTES = 4_000_000  # far past any model's context here: a bigger body is refused before it is read
+DEFAULT_MAX_TOKENS = {"decision": 32, "chat": 128}
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    device: str = "cpu"
+    max_batch: int = 16
+    batch_wait_ms: float = 10.0
+    max_queue: int = 64
+    max_tokens: int = 512  # the most a request may ask for
+    graceful_seconds: int = 60  # SIGTERM: in-flight requests get this long to finish
+
+
+# -- the request, as pydantic checks it ----------------------------------------------------
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict] | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict | None = None
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # an unknown field is ignored, not a 422
+    messages: list[Message] = Field(min_length=1)
+    model: str
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    n: int | None = Field(None, ge=1, le=MAX_N)
+    seed: int | None = None
+    response_format: ResponseFormat | None = None
+    user: str | None = None
+
+    @property
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])[:4]
+
+    @property
+    def wants_json(self) -> bool:
+        return self.response_format is not None and self.response_format.type != "text"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.code, self.param, self.headers = status, message, type_, code, param, headers
+
+
+def _error(status: int, message: str, type_: str, code: str | None = None, param: str | None = None,
+           headers: dict | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# -- the app ---------------------------------------------------------------------------------
+class State:
+    """What the app holds: the plan, the loaded pool once ready, the batcher."""
+
+    def __init__(self, plan: list[Served], options: ServeOptions) -> None:
+        self.plan, self.options = plan, options
+        self.pool: Pool | None = None
+        self.failure: str | None = None
+        self.batcher: Batcher | None = None
+        self.on_failure = lambda: None  # set by `serve`: stop the server when the weights cannot load
+
+    def load(self) -> None:
+        try:
+            self.pool = load_pool(self.plan, self.options.device)
+            log.info("ready: %s", ", ".join(s.id for s in self.plan))
+        except Exception as exc:  # noqa: BLE001 (any failure to load is reported on one line, then the server stops)
+            self.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log.error("cannot load the models: %s", self.failure)
+            self.on_failure()
+
+
+def create_app(state: State) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.batcher = Batcher(state.options.max_batch, state.options.batch_wait_ms / 1000, state.options.max_queue)
+        task = asyncio.create_task(state.batcher.run())
+        threading.Thread(target=state.load, name="babylon-load", daemon=True).start()
+        yield
+        task.cancel()
+        state.batcher.close()
+
+    app = FastAPI(title="babylon-rl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    _handlers(app)
+    auth = Depends(_auth(state.options.api_key))
+
+    @app.middleware("http")
+    async def bounded_body(request: Request, call_next):
+        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            return _error(413, f"the request body is over {MAX_BODY_BYTES:,} bytes: shorten the messages",
+                          "invalid_request_error", "request_too_large")
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if state.pool is None:
+            return JSONResponse({"status": "failed" if state.failure else "loading", "error": state.failure}, status_code=503)
+        return JSONResponse({"status": "ok", "models": [s.id for s in state.plan]})
+
+    @app.get("/v1/models", dependencies=[auth])
+    async def models() -> dict:
+        return {"object": "list", "data": [_model_card(s) for s in state.plan]}
+
+    @app.post("/v1/chat/completions", dependencies=[auth])
+    async def chat(request: ChatRequest) -> JSONResponse:
+        return await _complete(state, request)
+
+    return app
+
+
+def _model_card(s: Served) -> dict:
+    return {"id": s.id, "object": "model", "created": 0, "owned_by": "babylon-rl", "root": str(s.ref.path),
+            "parent": s.parent, "aliases": list(s.aliases)}
+
+
+def _auth(key: str | None):
+    async def check(request: Request) -> None:
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), key.encode()):
+            raise ApiError(401, "Incorrect or missing API key: send Authorization: Bearer KEY", code="invalid_api_key")
+
+    return check
+
+
+def _handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.type, exc.code, exc.param, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        if first.get("type") == "json_invalid":
+            return _error(400, "the request body is not valid JSON", "invalid_request_error", "invalid_json")
+        return _error(400, f"{where or 'body'}: {first.get('msg')}", "invalid_request_error", "invalid_value", where or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), "invalid_request_error", None)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error on %s: %s: %s", request.url.path, type(exc).__name__, exc)
+        return _error(500, "internal error while answering; the server log has its one line", "server_error")
+
+
+async def _complete(state: State, body: ChatRequest) -> JSONResponse:
+    if state.pool is None:
+        raise ApiError(503, "the model is still loading; retry when GET /health answers 200", "server_error", "loading",
+                       headers={"Retry-After": "2"})
+    loaded = state.pool.get(body.model)
+    if loaded is None:
+        served = ", ".join(s.id for s in state.plan)
+        raise ApiError(404, f"model {body.model!r} is not served here; served: {served}", code="model_not_found", param="model")
+    messages = [m.model_dump() for m in body.messages]
+    prepared = prepare(loaded.tokenizer, messages, body.wants_json)
+    ids = loaded.tokenizer(prepared.text, add_special_tokens=False)["input_ids"]
+    sampling = _sampling(body, prepared, state.options.max_tokens)
+    if len(ids) + sampling.max_tokens > loaded.context:
+        raise ApiError(400, f"the prompt is {len(ids)} tokens and {sampling.max_tokens} more were asked for, past the model's "
+                            f"context of {loaded.context}: shorten the messages or lower max_tokens",
+                       code="context_length_exceeded", param="messages")
+    job = Job(loaded, prepared, list(ids), sampling, body.stops, asyncio.get_running_loop().create_future())
+    try:
+        state.batcher.submit(job)
+    except QueueFull:
+        raise ApiError(429, f"the queue is full ({state.options.max_queue} requests wait): retry shortly", "rate_limit_error",
+                       "queue_full", headers={"Retry-After": "1"}) from None
+    choices = await job.future
+    return _response(body, loaded.served.id, prepared, len(ids), choices)
+
+
+def _sampling(body: ChatRequest, prepared: Prepared, limit: int) -> Sampling:
+    asked = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS[prepared.mode]
+    if asked > limit:
+        raise ApiError(400, f"max_tokens {asked} is more than this server allows ({limit}; serve --max-tokens)",
+                       code="invalid_value", param="max_tokens")
+    temperature = 1.0 if body.temperature is None else body.temperature
+    return Sampling(temperature, body.top_p or 1.0, body.n or 1, body.seed, asked)
+
+
+def _response(body: ChatRequest, model_id: str, prepared: Prepared, prompt_tokens: int, choices) -> JSONResponse:
+    completion = sum(c.tokens for c in choices)
+    payload = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": model_id,
+        "choices": [{"index": i, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason,
+                     "logprobs": None} for i, c in enumerate(choices)],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion},
+        "babylon": {"prompt": prepared.mode, "reason": prepared.reason},
+    }
+    return JSONResponse(payload, headers={"X-Babylon-Prompt": prepared.mode})
+
+
+# -- running it ------------------------------------------------------------------------------
+def serve(plan: list[Served], options: ServeOptions, on_listening=lambda url: None) -> int:
+    """Serve until SIGTERM or Ctrl-C (uvicorn finishes in-flight requests first); 2 if the weights could not load."""
+    import uvicorn
+
+    state = State(plan, options)
+    config = uvicorn.Config(create_app(state), host=options.host, port=options.port, log_level="info", access_log=True,
+                            timeout_graceful_shutdown=options.graceful_seconds, lifespan="on")
+    server = uvicorn.Server(config)
+    state.on_failure = lambda: setattr(server, "should_exit", True)
+    on_listening(f"http://{options.host}:{options.port}/v1")
+    server.run()
+    return 2 if state.failure else 0

@@ -1,0 +1,174 @@
+"""Dynamic batching: requests that arrive together are answered in one pass of the model.
+
+Requests wait in a bounded queue (`max_queue`; a full queue is refused, never grown). The batcher
+takes the first waiting request, waits up to `batch_wait` for more (at most `max_batch`), splits
+them into groups that can share a pass (same model, same kind of prompt, same sampling), and runs
+each group through `babylon_rl.policy.sample_answers` on one worker thread. While the model runs,
+new requests queue up, and form the next batch.
+
+Greedy requests share a batch whatever their seed. A sampled request with a seed is a group of
+its own, its generator seeded with it, so the same seed gives the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from babylon_rl.serve.prompting import CHAT, Prepared, finish
+from babylon_rl.serve.registry import Loaded
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    top_p: float
+    n: int
+    seed: int | None
+    max_tokens: int
+
+    def key(self) -> tuple:
+        if self.temperature == 0:
+            return (0.0, 1.0, self.n, None)
+        return (self.temperature, self.top_p, self.n, self.seed)
+
+
+@dataclass
+class Choice:
+    text: str
+    finish_reason: str
+    tokens: int
+
+
+@dataclass
+class Job:
+    loaded: Loaded
+    prepared: Prepared
+    ids: list[int]
+    sampling: Sampling
+    stops: list[str]
+    future: asyncio.Future
+    queued_at: float = field(default_factory=time.perf_counter)
+
+    def key(self) -> tuple:
+        return (self.loaded.served.id, self.prepared.mode, self.sampling.key())
+
+
+class QueueFull(Exception):
+    """More requests wait than the server holds: the client should retry later (429)."""
+
+
+class Batcher:
+    def __init__(self, max_batch: int, batch_wait: float, max_queue: int) -> None:
+        self.max_batch, self.batch_wait = max_batch, batch_wait
+        self.queue: asyncio.Queue[Job] = asyncio.Queue(max_queue)
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="babylon-model")
+        self.batches = 0
+
+    def submit(self, job: Job) -> None:
+        try:
+            self.queue.put_nowait(job)
+        except asyncio.QueueFull:
+            raise QueueFull from None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = await self._collect(loop)
+            for group in _groups(jobs):
+                try:
+                    results = await loop.run_in_executor(self.executor, run_group, group)
+                except Exception as exc:  # noqa: BLE001 (the requests get a 500 in OpenAI's shape; the server goes on)
+                    for job in group:
+                        if not job.future.done():
+                            job.future.set_exception(exc)
+                    continue
+                for job, choices in zip(group, results):
+                    if not job.future.done():
+                        job.future.set_result(choices)
+            self.batches += 1
+
+    async def _collect(self, loop) -> list[Job]:
+        jobs = [await self.queue.get()]
+        deadline = loop.time() + self.batch_wait
+        while len(jobs) < self.max_batch:
+            remaining = deadline - loop.time()
+            try:
+                jobs.append(self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self.queue.get(), remaining))
+            except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                break
+        return [job for job in jobs if not job.future.done()]  # a client that went away is not answered
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+def _groups(jobs: list[Job]) -> list[list[Job]]:
+    groups: dict[tuple, list[Job]] = defaultdict(list)
+    for job in jobs:
+        groups[job.key()].append(job)
+    return list(groups.values())
+
+
+def run_group(jobs: list[Job]) -> list[list[Choice]]:
+    """One pass of the model over jobs of one key: their prompts padded into one batch, n answers each."""
+    import torch
+
+    from babylon_rl.policy import pad_prompts, sample_answers
+
+    first = jobs[0]
+    loaded, sampling = first.loaded, first.sampling
+    tokenizer = loaded.tokenizer
+    device = str(next(loaded.model.parameters()).device)
+    batch = pad_prompts(tokenizer, [job.ids for job in jobs], device)
+    generator = torch.Generator(device).manual_seed(sampling.seed) if sampling.seed is not None and sampling.temperature else None
+    stops = torch.tensor([tokenizer.eos_token_id]) if first.prepared.mode == CHAT else None
+    longest = max(job.sampling.max_tokens for job in jobs)
+    with torch.no_grad(), _active(loaded) as model:
+        tokens, mask = sample_answers(model, tokenizer, batch, sampling.n, longest, sampling.temperature, generator,
+                                      sampling.top_p, stops)
+    stop_ids = set((stops if stops is not None else _stop_ids(tokenizer)).tolist())
+    results = []
+    for index, job in enumerate(jobs):
+        rows = range(index * sampling.n, (index + 1) * sampling.n)
+        results.append([_choice(tokenizer, job, tokens[r], mask[r], stop_ids) for r in rows])
+    return results
+
+
+def _stop_ids(tokenizer):
+    from babylon_rl.policy import stop_tokens
+
+    return stop_tokens(tokenizer)
+
+
+def _choice(tokenizer, job: Job, tokens, mask, stop_ids: set[int]) -> Choice:
+    """One answer cut to this job's own max_tokens; it stopped if a stop token came within them."""
+    ids = tokens[mask.bool()].tolist()[: job.sampling.max_tokens]
+    hit_stop = bool(ids) and ids[-1] in stop_ids
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    content, reason = finish(job.prepared, text, job.stops, hit_stop)
+    return Choice(content, reason, len(ids))
+
+
+class _active:
+    """The loaded model with its adapter switched on, or with every adapter off for the base itself."""
+
+    def __init__(self, loaded: Loaded) -> None:
+        self.loaded = loaded
+        self._off = None
+
+    def __enter__(self):
+        model = self.loaded.model
+        if self.loaded.adapter:
+            model.set_adapter(self.loaded.adapter)
+        elif hasattr(model, "disable_adapter"):
+            self._off = model.disable_adapter()
+            self._off.__enter__()
+        return model
+
+    def __exit__(self, *exc) -> None:
+        if self._off is not None:
+            self._off.__exit__(*exc)

@@ -1,0 +1,263 @@
+"""`cli.py serve`: the real server process on a free port, the real SmolLM2 and LoRA checkpoints, the official client."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+import httpx
+import openai
+import pytest
+
+from babylon_rl.evaluate.prompts import decision_prompt
+from babylon_rl.settings import Home
+from babylon_rl.warehouse import RAW_BY_NAME
+from tests.serve_support import GAME_REQUEST, ServeProcess
+
+CALL = RAW_BY_NAME["llm_call_logs"].column_names
+
+KEY = "sk-test-secret-4242"
+CHAT = [{"role": "user", "content": "Say hello in French."}]
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_run_home):
+    """One server for the module: the base, the run's latest checkpoint (demo, served as demo@2) and demo@1."""
+    process = ServeProcess(smollm2_run_home, "smollm2-135m", "demo", "demo@1", "--max-batch", "8")
+    process.health_seen = process.wait_ready()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def _in_process(home, model: str) -> str:
+    from babylon_rl.evaluate.policies import LocalPolicy, resolve_model
+
+    policy = LocalPolicy(resolve_model(Home(home), model), model).load()
+    return policy.replies([decision_prompt(GAME_REQUEST[1]["content"])])[0].text
+
+
+def test_health_is_503_while_loading_then_the_models_are_listed_with_their_parent(server, client):
+    assert 503 in server.health_seen and server.health_seen[-1] == 200
+    models = {m.id: m for m in client.models.list().data}
+    assert set(models) == {"smollm2-135m", "demo@2", "demo@1"}
+    assert models["demo@2"].model_dump()["parent"] == "smollm2-135m"
+    assert models["demo@2"].model_dump()["aliases"] == ["demo"]
+    assert models["smollm2-135m"].model_dump()["parent"] is None
+
+
+def test_a_game_request_gets_the_in_process_answer_with_the_games_market_ids(server, client, smollm2_run_home):
+    """The base and the adapter asked at once (one batch, two groups): each answers as the in-process policy does."""
+    def ask(model):
+        return client.chat.completions.with_raw_response.create(model=model, messages=GAME_REQUEST, temperature=0,
+                                                                 max_tokens=32)
+
+    with ThreadPoolExecutor(2) as pool:
+        base_raw, tuned_raw = pool.map(ask, ["smollm2-135m", "demo"])
+    base, tuned = base_raw.parse(), tuned_raw.parse()
+    assert tuned.model == "demo@2" and base.model == "smollm2-135m"
+    assert tuned_raw.headers["x-babylon-prompt"] == "decision"
+    assert tuned.model_dump()["babylon"]["prompt"] == "decision"
+    expected_tuned = _in_process(smollm2_run_home, "demo")
+    expected_base = _in_process(smollm2_run_home, "smollm2-135m")
+    assert expected_tuned != expected_base  # the adapter is really applied, and only to its own requests
+    # the prompt names the market M1; the game gets its own id back
+    assert tuned.choices[0].message.content == expected_tuned.replace('"M1"', '"pm-75cb2-83304c56-0"')
+    assert base.choices[0].message.content == expected_base
+    assert base.choices[0].finish_reason == "stop"
+    assert base.usage.prompt_tokens == 232 and base.usage.total_tokens == 232 + base.usage.completion_tokens
+
+
+def test_n_answers_with_a_seed_are_reproducible(client):
+    def ask():
+        return client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=1.0, top_p=0.9,
+                                              n=3, seed=7, max_tokens=6)
+
+    first, again = ask(), ask()
+    assert [c.index for c in first.choices] == [0, 1, 2]
+    assert [c.message.content for c in first.choices] == [c.message.content for c in again.choices]
+    assert all(c.message.content.startswith('{"action": "') for c in first.choices)
+    assert first.usage.completion_tokens <= 3 * 6
+
+
+def test_stop_cuts_the_answer(client):
+    full = client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=0, max_tokens=8)
+    cut = client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=0, max_tokens=8,
+                                         stop=['"ticker"'])
+    assert '"ticker"' in full.choices[0].message.content
+    assert cut.choices[0].message.content == full.choices[0].message.content.split('"ticker"')[0]
+    assert cut.choices[0].finish_reason == "stop" and full.choices[0].finish_reason == "length"
+
+
+def test_response_format_json(client):
+    schema = {"name": "action", "schema": {"type": "object", "properties": {"action": {"type": "string"}}}}
+    decided = client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=0, max_tokens=32,
+                                             response_format={"type": "json_schema", "json_schema": schema})
+    assert json.loads(decided.choices[0].message.content)["action"] == "buy"
+    chat = client.chat.completions.with_raw_response.create(
+        model="smollm2-135m", messages=[{"role": "user", "content": "Describe ACME stock as JSON."}], temperature=0,
+        max_tokens=6, response_format={"type": "json_object"})
+    assert chat.headers["x-babylon-prompt"] == "chat" and chat.parse().choices[0].message.content.startswith("{")
+
+
+def test_a_request_that_is_no_game_observation_is_served_as_it_is(client):
+    raw = client.chat.completions.with_raw_response.create(model="smollm2-135m", messages=CHAT, temperature=0, max_tokens=5,
+                                                           user="someone", extra_body={"unknown_field": 1})
+    reply = raw.parse()
+    assert raw.headers["x-babylon-prompt"] == "chat"
+    assert reply.model_dump()["babylon"]["reason"].startswith("the last user message has no price lines")
+    assert not reply.choices[0].message.content.startswith('{"action"') and reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 5
+
+
+def _error(response: httpx.Response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+def test_user_mistakes_get_openai_shaped_errors_never_a_500(server, client):
+    url = f"{server.base_url}/chat/completions"
+    bad_json = httpx.post(url, content=b'{"model": "smollm2-135m", "messages": [', headers={"content-type": "application/json"})
+    assert bad_json.status_code == 400 and _error(bad_json)["code"] == "invalid_json"
+    no_messages = httpx.post(url, json={"model": "smollm2-135m"})
+    assert no_messages.status_code == 400 and _error(no_messages)["param"] == "messages"
+    hot = httpx.post(url, json={"model": "smollm2-135m", "messages": CHAT, "temperature": 5})
+    assert hot.status_code == 400 and _error(hot)["param"] == "temperature"
+    assert _error(httpx.get(f"{server.base_url}/nothing-here")).get("type") == "invalid_request_error"
+    huge = httpx.post(url, content=b" " * 4_000_001, headers={"content-type": "application/json"})
+    assert huge.status_code == 413 and _error(huge)["code"] == "request_too_large"
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="gpt-9", messages=CHAT, max_tokens=2)
+    assert unknown.value.body["code"] == "model_not_found" and "smollm2-135m" in unknown.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as long:
+        client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "ACME " * 9000}], max_tokens=2)
+    assert long.value.body["code"] == "context_length_exceeded" and "8192" in long.value.body["message"]
+    assert "Traceback" not in server.output() and " 500 " not in server.output()
+
+
+@pytest.fixture(scope="module")
+def guarded(smollm2_run_home):
+    """A second server: a key from the environment, one request at a time, one waiting."""
+    process = ServeProcess(smollm2_run_home, "smollm2-135m", "--max-batch", "1", "--max-queue", "1", "--batch-wait-ms", "0",
+                           env={"BABYLON_RL_API_KEY": KEY})
+    process.wait_ready()
+    yield process
+    process.stop()
+
+
+def test_a_key_guards_v1_but_not_health_and_never_reaches_the_log(guarded):
+    wrong = openai.OpenAI(base_url=guarded.base_url, api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as refused:
+        wrong.models.list()
+    assert refused.value.body["code"] == "invalid_api_key"
+    assert httpx.get(f"{guarded.base_url}/models").status_code == 401
+    assert httpx.get(f"http://127.0.0.1:{guarded.port}/health").status_code == 200
+    right = openai.OpenAI(base_url=guarded.base_url, api_key=KEY, max_retries=0)
+    assert [m.id for m in right.models.list().data] == ["smollm2-135m"]
+    assert KEY not in guarded.output() and "API key: required" in guarded.output()
+
+
+def test_a_full_queue_is_answered_429_with_retry_after(guarded):
+    def ask(_):
+        return httpx.post(f"{guarded.base_url}/chat/completions", headers={"Authorization": f"Bearer {KEY}"}, timeout=120,
+                          json={"model": "smollm2-135m", "messages": GAME_REQUEST, "temperature": 0, "max_tokens": 12})
+
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(ask, range(6)))
+    codes = sorted(r.status_code for r in responses)
+    assert codes.count(200) >= 2 and 429 in codes and set(codes) <= {200, 429}
+    for r in responses:
+        if r.status_code == 429:
+            assert r.headers["retry-after"] == "1" and _error(r)["type"] == "rate_limit_error"
+
+
+def test_sigterm_finishes_the_request_in_flight_then_exits(guarded):
+    result: dict = {}
+
+    def ask():
+        client = openai.OpenAI(base_url=guarded.base_url, api_key=KEY, max_retries=0, timeout=120)
+        result["reply"] = client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=0,
+                                                         max_tokens=24)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    time.sleep(1.0)  # the request is in the model by now (a prompt of 232 tokens takes seconds here)
+    guarded.proc.send_signal(signal.SIGTERM)
+    thread.join(120)
+    assert result["reply"].choices[0].message.content.startswith('{"action": "')
+    # uvicorn re-raises SIGTERM once shut down, so the process ends as killed by it (what supervisors expect)
+    assert guarded.proc.wait(60) == -signal.SIGTERM
+    assert "Finished server process" in guarded.output() and "Traceback" not in guarded.output()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{guarded.port}/health", timeout=2)
+
+
+def test_the_served_model_plays_the_simulator_as_the_in_process_policy(server, smollm2_run_home):
+    """simulate --policy demo --base-url URL decides as simulate --policy demo does, at temperature 0."""
+    from dataclasses import replace
+
+    from babylon_rl.simulate.config import SimulationConfig
+    from babylon_rl.simulate.policy_play import open_player
+    from babylon_rl.simulate.trajectories import simulate_window
+
+    start = datetime(2025, 1, 15, 10)
+    config = SimulationConfig(agents=2, windows=1, steps_per_window=2, seed=3, start=start, policy_agents=2,
+                              policy_model="demo").validate()
+    home = Home(smollm2_run_home)
+    local, _ = open_player(home, "demo", None, "cpu", 2)
+    remote, _ = open_player(home, "demo", server.base_url, "cpu", 2)
+
+    def responses(player):
+        rows = simulate_window(replace(config), start, player)
+        calls = [dict(zip(CALL, row)) for row in rows.llm_calls]
+        return [c["response"] for c in calls if c["systemPrompt"].startswith("You trade in the Babylon market game.")]
+
+    local_answers, remote_answers = responses(local), responses(remote)
+    assert len(local_answers) == 4
+    assert remote_answers == local_answers
+
+
+def test_a_bet_on_m1_is_answered_with_the_games_market_id():
+    from babylon_rl.serve.prompting import DECISION, finish, prepare
+
+    class Template:  # the chat template alone: what prepare needs of a tokenizer
+        def apply_chat_template(self, messages, **_):
+            return "\n".join(m["content"] for m in messages)
+
+    prepared = prepare(Template(), GAME_REQUEST, json_answer=False)
+    assert prepared.mode == DECISION and prepared.markets == {"M1": "pm-75cb2-83304c56-0"}
+    assert "M1: ACME below 197.60? YES 50%" in prepared.text and "Think it through" not in prepared.text
+    text, reason = finish(prepared, 'bet", "market": "M1", "side": "YES", "amount": 100}', [], hit_stop=True)
+    assert text == '{"action": "bet", "market": "pm-75cb2-83304c56-0", "side": "YES", "amount": 100}' and reason == "stop"
+
+
+def test_names_resolve_to_checkpoints_the_promoted_model_and_their_base(smollm2_run_home):
+    from babylon_rl.errors import ConfigError
+    from babylon_rl.serve.registry import plan
+
+    home = Home(smollm2_run_home)
+    state, best = smollm2_run_home / "improve" / "state.json", smollm2_run_home / "runs" / "demo" / "best.json"
+    with pytest.raises(ConfigError, match="no model promoted yet"):
+        plan(home, ["promoted"])
+    state.parent.mkdir(exist_ok=True)
+    state.write_text(json.dumps({"champion": "runs/demo/checkpoints/step-1"}))
+    best.write_text(json.dumps({"step": 1, "score": 0.5}))
+    try:
+        served = {s.id: s for s in plan(home, ["promoted", "demo@best"])}
+        assert set(served) == {"promoted", "demo@1", "smollm2-135m"}  # the adapters' base is served beside them
+        assert served["promoted"].parent == served["demo@1"].parent == "smollm2-135m"
+        assert served["demo@1"].aliases == ("demo@best",)
+        with pytest.raises(ConfigError, match="served twice"):
+            plan(home, ["demo@1", "demo@best"])
+    finally:
+        state.unlink()
+        best.unlink()
