@@ -656,6 +656,8 @@ def eval_command(obj: BabylonContext, **options) -> None:
               "checkpoint), or a served model's name with --base-url.")
 @click.option("--against", help="The model it plays against. Default: its base model (the one it was trained from).")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving both models (key: OPENAI_API_KEY).")
+@click.option("--against-local", is_flag=True, help="With --base-url: --against plays in this process, --model on the endpoint "
+              "(e.g. a model `serve` serves against the same checkpoint played here).")
 @click.option("--windows", type=click.IntRange(min=2), default=24, show_default=True, help="Simulated windows both models play.")
 @click.option("--agents", type=click.IntRange(min=1), default=10, show_default=True, help="Persona agents around them.")
 @click.option("--policy-agents", type=click.IntRange(min=1), default=4, show_default=True, help="Agents each model plays.")
@@ -680,6 +682,7 @@ def arena(obj: BabylonContext, **options) -> None:
     Examples:
       python cli.py arena --model quickstart --windows 24
       python cli.py arena --model runs/qs/checkpoints/step_0012 --against smollm2-135m --news-strength 0
+      python cli.py arena --model demo@2 --base-url http://127.0.0.1:8000/v1 --against demo --against-local
     """
     from babylon_rl.evaluate.arena import ArenaOptions
 

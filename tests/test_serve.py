@@ -261,3 +261,24 @@ def test_names_resolve_to_checkpoints_the_promoted_model_and_their_base(smollm2_
     finally:
         state.unlink()
         best.unlink()
+
+
+def test_arena_between_the_served_model_and_the_same_checkpoint_played_here_is_a_tie(server, smollm2_run_home):
+    """arena --base-url --against-local: the served model against the same checkpoint in this process decide alike."""
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    def arena(*args: str):
+        return CliRunner().invoke(cli, ["--home", str(smollm2_run_home), "arena", "--model", "demo", "--against", "demo",
+                                        "--against-local", "--windows", "2", "--agents", "2", "--policy-agents", "1",
+                                        "--steps-per-window", "2", "--resamples", "100", *args])
+
+    result = arena("--base-url", server.base_url)
+    assert result.exit_code == 0, result.output
+    (saved,) = (smollm2_run_home / "arena").glob("*/arena.json")
+    served, local = json.loads(saved.read_text())["sides"]
+    assert served["decisions"] == local["decisions"] == 4
+    assert served["actions"] == local["actions"] and served["mean_window_pnl"] == local["mean_window_pnl"]
+    refused = arena()
+    assert refused.exit_code == 2 and "--base-url" in refused.output and len(refused.output.strip().splitlines()) == 1

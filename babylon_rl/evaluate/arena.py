@@ -45,6 +45,7 @@ class ArenaOptions:
     model: str
     against: str | None = None  # None: the model's base (as eval's baseline)
     base_url: str | None = None  # both models are served there when given
+    against_local: bool = False  # with base_url: `against` plays in this process, `model` on the endpoint
     windows: int = 24
     agents: int = 10  # personas around the policy agents
     policy_agents: int = 4
@@ -122,6 +123,8 @@ def run_arena(home: Home, options: ArenaOptions, on_window: Callable[[str, int],
 
 
 def _against(home: Home, options: ArenaOptions) -> str:
+    if options.against_local and not options.base_url:
+        raise ConfigError("--against-local plays --against here while --model plays on an endpoint: give --base-url")
     if options.against:
         return options.against
     base = default_baseline(resolve_model(home, options.model), home) if not options.base_url else None
@@ -132,7 +135,8 @@ def _against(home: Home, options: ArenaOptions) -> str:
 
 def _play(home: Home, options: ArenaOptions, config: SimulationConfig, role: str, model: str,
           on_window: Callable[[str, int], Callable[[int], None]]) -> tuple[Side, list[WindowRows]]:
-    player, model_id = open_player(home, model, options.base_url, options.device, options.policy_agents, options.max_new_tokens)
+    base_url = None if role == "against" and options.against_local else options.base_url
+    player, model_id = open_player(home, model, base_url, options.device, options.policy_agents, options.max_new_tokens)
     sink = MemorySink()
     summary = run_simulation(replace(config, policy_model=model_id), sink, on_window(model_id, options.windows), player)
     pnl = _mean_pnl(sink.windows, POLICY_PERSONA)
