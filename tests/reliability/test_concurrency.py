@@ -87,7 +87,7 @@ def test_analyst_reader_blocks_a_build_which_names_it_while_exports_stay_readabl
 def test_two_trainings_on_one_dataset(train_template: Path, tmp_path: Path, migrated_pg_url: str) -> None:
     home = install(train_template, tmp_path / "home")
     insert_dataset_trajectories(migrated_pg_url, home)
-    args = ("--database-url", migrated_pg_url, "train", "--dataset", "ds", "--base-model", "tiny", "--groups-per-step", "2",
+    args = ("--database-url", migrated_pg_url, "train", "--dataset", "ds", "--base-model", "tiny", "--objective", "grpo", "--groups-per-step", "2",
             "--learning-rate", "1e-3", "--max-steps", "3")
     runs = [start(home.root, *args, "--run-name", name) for name in ("a", "b")]
     for proc in runs:

@@ -230,7 +230,7 @@ def test_score_killed_mid_run_resumes_from_the_cache(tmp_path: Path) -> None:
 
 # -- train ----------------------------------------------------------------------------------
 
-TRAIN_ARGS = ("train", "--dataset", "ds", "--base-model", "tiny", "--groups-per-step", "2", "--learning-rate", "1e-3",
+TRAIN_ARGS = ("train", "--dataset", "ds", "--base-model", "tiny", "--objective", "grpo", "--groups-per-step", "2", "--learning-rate", "1e-3",
               "--max-steps", "5", "--checkpoint-every", "2", "--run-name", "k")
 
 

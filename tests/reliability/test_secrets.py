@@ -56,8 +56,8 @@ def test_secrets_never_leak(secret_url: str, train_template: Path, tmp_path: Pat
             ("score", "--dataset", "sim", "--judge", "ruler", "--judge-model", "m", "--judge-base-url", judge.base_url),
             (*db, "score", "--dataset", "sim", "--judge", "heuristic", "--write-back"),
             # the template's tiny model: what is tested is the write-back and W&B files, not SmolLM2 (minutes under CI's load)
-            (*db, "train", "--dataset", "ds", "--base-model", "tiny", "--run-name", "leak", "--max-steps", "2", "--learning-rate", "1e-3"),
-            (*wrong_db, "train", "--dataset", "ds", "--base-model", "tiny", "--run-name", "leak2", "--max-steps", "1"),
+            (*db, "train", "--dataset", "ds", "--base-model", "tiny", "--objective", "grpo", "--run-name", "leak", "--max-steps", "2", "--learning-rate", "1e-3"),
+            (*wrong_db, "train", "--dataset", "ds", "--base-model", "tiny", "--objective", "grpo", "--run-name", "leak2", "--max-steps", "1"),
         ]:
             cli(*args)
         judge.mode = "500"  # the stand-in echoes the Authorization header in its error body
