@@ -89,21 +89,17 @@ def _write_merged(ref: ModelRef, out: Path, canonical: str) -> None:
     """The adapter folded into its base (or the whole model as it is), saved as safetensors with the tokenizer."""
     import warnings
 
-    import babylon_rl.train  # noqa: F401  (offline defaults before transformers loads)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoTokenizer
 
-    hf_logging.disable_progress_bar()
+    from babylon_rl.train.models import load_causal_lm
+
+    model, _ = load_causal_lm(ref.base_model if ref.adapter else str(ref.path))
     if ref.adapter:
         from peft import PeftModel
 
-        base = AutoModelForCausalLM.from_pretrained(ref.base_model, dtype=torch.float32)
         with warnings.catch_warnings():  # peft calls a transformers 5 deprecated alias
             warnings.simplefilter("ignore", FutureWarning)
-            model = PeftModel.from_pretrained(base, str(ref.path)).merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(ref.path), dtype=torch.float32)
+            model = PeftModel.from_pretrained(model, str(ref.path)).merge_and_unload()
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(ref.path)).save_pretrained(out)
 
