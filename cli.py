@@ -568,6 +568,18 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
               help="Menu objectives: start the LoRA from this adapter (a run name: its latest checkpoint; or a checkpoint "
                    "directory), e.g. improve on a distilled run with --objective menu. Its run must not have read this "
                    "dataset's eval windows.")
+@click.option("--population", type=click.IntRange(min=1),
+              help="Menu objectives: train N settings side by side over one set of frozen states; every --evolve-every "
+                   "steps they are scored on the validation split, the best kept as it is, the others replaced by mutated "
+                   "clones of the winners (docs/TRAINING.md#populations).")
+@click.option("--evolve-every", type=click.IntRange(min=1), default=10, show_default=True, help="--population: steps between evolutions.")
+@click.option("--replace-bottom", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+              help="--population: replace only this bottom share of the members, from the same top share (PBT); default: a tournament for every place but the elite's.")
+@click.option("--fitness-decisions", type=click.IntRange(min=1), default=256, show_default=True,
+              help="--population: validation decisions every member answers at each evolution (the same ones each time).")
+@click.option("--bound", "bounds", multiple=True, metavar="NAME=LOW:HIGH",
+              help="--population: where mutation may take a hyper-parameter (learning_rate, lora_r, lora_alpha, batch, ema, "
+                   "reward_temperature, imitation_weight); repeatable.")
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
@@ -599,6 +611,7 @@ def train(obj: BabylonContext, **options) -> None:
       python cli.py train --dataset demo --objective menu --groups-per-step 32 --epochs 3 --eval-every 20 --keep-best
       python cli.py train --dataset demo --groups-per-step 32 --max-steps 12 --learning-rate 1e-3
       python cli.py train --dataset demo --objective menu --init-from demo-torch --run-name demo-improved
+      python cli.py train --dataset demo --population 4 --evolve-every 5 --groups-per-step 32 --epochs 2
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --objective grpo --base-model tiny --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --run-name demo-1 --resume

@@ -331,11 +331,15 @@ class BabylonContext:
 
         from babylon_rl.train.loop import TrainConfig, train
 
+        from babylon_rl.train.population import parse_bounds
+
+        options["bounds"] = parse_bounds(options.get("bounds") or ())
         try:
             config = TrainConfig(**{key: value for key, value in options.items() if value is not None})
         except ValidationError as exc:
             error = exc.errors()[0]
-            raise ConfigError(f"invalid training options: {error['loc'][0]}: {error['msg']}") from None
+            where = f"{error['loc'][0]}: " if error["loc"] else ""
+            raise ConfigError(f"invalid training options: {where}{error['msg'].removeprefix('Value error, ')}") from None
         self.home.ensure()
         if not config.on_decisions:
             self._score_if_missing(config.dataset, judge)

@@ -39,6 +39,7 @@ class RunData:
     dataset: pl.DataFrame  # train + eval rows with their scores (score may be null)
     eval: dict | None
     curve: list[dict] | None = None  # curve.json, written by bench/bench_learning.py
+    population: dict | None = None  # a population run's population.json (its latest checkpoint)
 
 
 SPLIT_COLORS = {"train": "tab:blue", "validation": "tab:purple", "eval": "tab:orange"}
@@ -52,9 +53,12 @@ def load_run_data(home: Home, name: str) -> RunData:
     config = json.loads(run.config.read_text())
     metrics = list(csv.DictReader(run.metrics.open())) if run.metrics.exists() else []
     eval_path, curve_path = run.root / "eval.json", run.root / "curve.json"
+    steps = run.checkpoint_steps()
+    population_path = run.checkpoint(steps[-1]) / "population.json" if steps else None
     return RunData(name, config, metrics, _dataset(home, config["dataset"]),
                    json.loads(eval_path.read_text()) if eval_path.exists() else None,
-                   json.loads(curve_path.read_text()) if curve_path.exists() else None)
+                   json.loads(curve_path.read_text()) if curve_path.exists() else None,
+                   json.loads(population_path.read_text()) if population_path and population_path.exists() else None)
 
 
 def _dataset(home: Home, name: str) -> pl.DataFrame:
@@ -218,6 +222,56 @@ def heldout_curve_plot(curve: list[dict] | None) -> str | None:
     return _svg(fig)
 
 
+def lineage_plot(population: dict | None) -> str | None:
+    """Each place of the population (rows) at each evolution (columns), coloured by its validation fitness; a line from
+    the parent's place where a place was taken by a mutated clone, a ring on the elite, the hyper-parameter mutated."""
+    if not population or not population["members"][0]["fitness"]:
+        return None
+    _use_agg()
+    import matplotlib.pyplot as plt
+
+    members = population["members"]
+    row = {m["name"]: i for i, m in enumerate(members)}
+    steps = [f["step"] for f in members[0]["fitness"]]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(steps) + 3), 0.45 * len(members) + 1.6))
+    for event in population["lineage"]:
+        if event["parent"] is None or event["step"] not in steps:
+            continue
+        x = steps.index(event["step"])
+        ax.plot([x, x + 0.9], [row[event["parent"]], row[event["member"]]], color="#999", linewidth=0.8, zorder=1)
+        ax.annotate(event["mutated"].replace("_", " "), (x + 0.9, row[event["member"]]), fontsize=6, color="#555",
+                    xytext=(3, 3), textcoords="offset points")
+    xs, ys, fitness = zip(*[(x, row[m["name"]], f["score"]) for m in members for x, f in enumerate(m["fitness"])])
+    dots = ax.scatter(xs, ys, c=fitness, cmap="viridis", s=90, zorder=2)
+    for x, _ in enumerate(steps):
+        best = max(members, key=lambda m: m["fitness"][x]["score"])
+        ax.scatter([x], [row[best["name"]]], s=200, facecolors="none", edgecolors="black", linewidths=1.5, zorder=3)
+    fig.colorbar(dots, ax=ax, label="validation fitness")
+    ax.set_xticks(range(len(steps)), [f"step {s}" for s in steps], fontsize=7)
+    ax.set_yticks(range(len(members)), [m["name"] for m in members], fontsize=8)
+    ax.invert_yaxis()
+    return _svg(fig)
+
+
+def elite_plot(population: dict | None) -> str | None:
+    """The elite's and the population's mean validation fitness at each evolution."""
+    if not population or not population["members"][0]["fitness"]:
+        return None
+    _use_agg()
+    import matplotlib.pyplot as plt
+
+    members = population["members"]
+    steps = [f["step"] for f in members[0]["fitness"]]
+    scores = [[m["fitness"][x]["score"] for m in members] for x in range(len(steps))]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot(steps, [max(s) for s in scores], marker="o", color="tab:green", label="elite")
+    ax.plot(steps, [sum(s) / len(s) for s in scores], marker=".", color="#888", label="population mean")
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation fitness (mean reward)")
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
 # -- the page ---------------------------------------------------------------------------
 def eval_html(evaluation: dict | None) -> str:
     if not evaluation:
@@ -290,6 +344,12 @@ def render(data: RunData) -> str:
                  "Compared to what, and how sure? Each policy's value on the held-out windows with its 95 % interval; green is the trained model."),
         section("Held-out curve", heldout_curve_plot(data.curve),
                  "Did it learn? Held-out accuracy and P&L after each number of training decisions seen (bench/bench_learning.py)."),
+        *([section("Population lineage", lineage_plot(data.population),
+                   "Who came from whom: each place at each evolution, coloured by its validation fitness; a ring marks the "
+                   "elite, a line a place taken by a mutated clone of the member it starts from (the mutated hyper-parameter "
+                   "named)."),
+           section("The elite's curve", elite_plot(data.population),
+                   "The best member's validation fitness at each evolution, and the population's mean.")] if data.population else []),
         section("Training curves", curves_plot(data.metrics),
                  f"What training saw, per step ({len(data.metrics)} steps of metrics.csv): faint raw values, bold the trailing mean."),
         section("Windows and agents over time", windows_plot(data.dataset), "Agents per window (bars) and trajectories kept in the dataset (dots), by split."),

@@ -48,6 +48,8 @@ SHARED_STATES_BYTES = 512 << 20  # the most frozen states `SharedStates` keeps f
 @dataclass(frozen=True)
 class MenuOptions:
     objective: str = "counterfactual"  # counterfactual | imitate
+    # a mix of both: imitation_weight x imitate + (1 - imitation_weight) x counterfactual (a population's distill knob)
+    imitation_weight: float | None = None
     learning_rate: float = 2e-4
     reward_temperature: float = 0.3
     shares: int = 50
@@ -333,17 +335,18 @@ class MenuTrainer(Checkpoints):
     """
 
     def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = (), validation: list[Task] = (),
-                 init_adapter: Path | None = None) -> None:
+                 init_adapter: Path | None = None, adapters: int = 1, planned_rank: int | None = None) -> None:
         """`tasks` and `validation`: the train and validation decisions it will see; their frozen states (train ones
-        under `variants` renamings each) and the largest pass are checked against free memory before the weights load.
-        `init_adapter`: a LoRA adapter of the same rank and blocks to start from (distilled, then improved)."""
+        under `variants` renamings each) and the largest pass are checked against free memory before the weights load,
+        with `adapters` adapters of up to `planned_rank` (a population's members). `init_adapter`: a LoRA adapter of
+        the same rank and blocks to start from (distilled, then improved)."""
         import torch
 
         from babylon_rl.train.models import load_causal_lm, lora_model
 
         self.options = options
         self.base_model = base_model
-        self.plan = self.memory_plan(tasks, validation) if tasks and options.device == "cpu" else None
+        self.plan = self.memory_plan(tasks, validation, adapters, planned_rank) if tasks and options.device == "cpu" else None
         if self.plan:
             memory.check(self.plan, f"the menu objective on {Path(base_model).name}",
                          "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
@@ -363,7 +366,7 @@ class MenuTrainer(Checkpoints):
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
         self.steps = 0
 
-    def memory_plan(self, tasks: list[Task], validation: list[Task] = ()) -> memory.Plan:
+    def memory_plan(self, tasks: list[Task], validation: list[Task] = (), adapters: int = 1, planned_rank: int | None = None) -> memory.Plan:
         """The peak from the settings and the tasks (`memory.cached_plan`): packed lengths measured on an even sample;
         train decisions keep `variants` items' states each, validation ones one (it is never renamed)."""
         from transformers import AutoConfig
@@ -381,8 +384,8 @@ class MenuTrainer(Checkpoints):
         longest = max(tokens(t) for t in longest_prompts(seen, 8))
         items = len(tasks) * max(o.variants, 1) + len(validation)
         return memory.cached_plan(memory.ModelShape.of(AutoConfig.from_pretrained(self.base_model)), items,
-                                  1.1 * float(np.mean(even)), max(longest, *even), o.micro_batch, o.lora_r, o.train_layers,
-                                  bf16_bottom=bottom_dtype(o.device) is not None)
+                                  1.1 * float(np.mean(even)), max(longest, *even), o.micro_batch, planned_rank or o.lora_r,
+                                  o.train_layers, bf16_bottom=bottom_dtype(o.device) is not None, adapters=adapters)
 
     def _logprobs(self, items: list[MenuItem]):
         return menu_logprobs(self.split, items, self.options.device)
@@ -415,20 +418,24 @@ class MenuTrainer(Checkpoints):
         return {"loss": total, "grad_norm": grad_norm, "seconds": time.monotonic() - started, "chosen": chosen}
 
     def _loss(self, items: list[MenuItem]):
-        """The mean loss of these items (cross-entropy to softmax(reward / T) over the menu, or to the logged answer), and
-        their menu log-probabilities."""
+        """The mean loss of these items (cross-entropy to softmax(reward / T) over the menu, to the logged answer, or
+        `imitation_weight` of the second plus the rest of the first), and their menu log-probabilities."""
         import torch
 
         o = self.options
         logp, present = self._logprobs(items)
-        if o.objective == "imitate":
+        weight = o.imitation_weight if o.imitation_weight is not None else float(o.objective == "imitate")
+        loss = torch.zeros((), device=logp.device)
+        if weight > 0:
             index = torch.tensor([item.logged_index for item in items], device=logp.device)
             kept = index >= 0
             picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
-            return -(picked * kept).sum() / max(len(items), 1), logp
-        rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
-        target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
-        return -(target * logp.masked_fill(~present, 0.0)).sum(1).mean(), logp
+            loss = loss + weight * -(picked * kept).sum() / max(len(items), 1)
+        if weight < 1:
+            rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
+            target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
+            loss = loss + (1 - weight) * -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
+        return loss, logp
 
     def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
         """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
@@ -489,13 +496,16 @@ class MenuTrainer(Checkpoints):
         return {"score": metrics["reward"], **metrics, "valid_rate": 1.0, "decisions": len(tasks)}
 
     def scored(self, items: list[MenuItem], batch: int = 16) -> tuple[list[str], dict[str, float]]:
-        """The averaged weights' answers from the menu, and their mean reward, direction accuracy and P&L per decision."""
+        """The averaged weights' answers from the menu; their mean reward, direction accuracy, P&L per decision, the share
+        of decisions traded and the share of those trades right in direction (the learning claim's trade precision)."""
         chosen = self.choose(items, batch)
         answers = [item.answers[i] for item, i in zip(items, chosen)]
         outcomes = [item.task.price(answer)[1] for item, answer in zip(items, answers)]
+        trades = [o.correct for o, answer in zip(outcomes, answers) if parse_action(answer).kind != "hold"]
         return answers, {"reward": float(np.mean([item.rewards[i] for item, i in zip(items, chosen)])),
                          "direction_accuracy": float(np.mean([o.correct for o in outcomes])),
-                         "pnl_per_decision": float(np.mean([o.pnl for o in outcomes]))}
+                         "pnl_per_decision": float(np.mean([o.pnl for o in outcomes])),
+                         "trade_share": len(trades) / len(items), "trade_precision": float(np.mean(trades)) if trades else None}
 
     def save(self, directory: Path, state: dict, extra: dict | None = None) -> Path:
         """The averaged adapter (what answers) as the checkpoint; the raw weights and their average in its trainer state."""

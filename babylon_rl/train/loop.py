@@ -66,11 +66,19 @@ class TrainConfig(BaseModel):
     max_new_tokens: int = Field(32, ge=4)
     device: str = "auto"
     init_from: str | None = None  # menu objectives: start the LoRA from this adapter (a run's latest checkpoint, or a directory)
+    # population training (train/population.py): members side by side over one set of frozen states, evolved on validation
+    population: int | None = Field(None, ge=1)
+    evolve_every: int = Field(10, ge=1)
+    replace_bottom: float | None = Field(None, gt=0, lt=1)
+    fitness_decisions: int = Field(256, ge=1)  # validation decisions each member answers at an evolution
+    bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)  # hyper-parameter -> (lowest, highest)
 
     @model_validator(mode="after")
     def _default_objective(self) -> "TrainConfig":
         if self.objective is None:
             self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
+        if self.population and self.objective not in MENU_OBJECTIVES:
+            raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
         return self
 
     @property
@@ -119,11 +127,18 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
 
         if not 0 < config.train_layers:
             raise ConfigError(f"--objective {config.objective} trains the top --train-layers blocks from their frozen input: give it 1 or more")
-        return MenuTrainer(base_model, MenuOptions(
+        options = MenuOptions(
             objective=MENU_OBJECTIVES[config.objective],
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
-            device=resolve_device(config.device)), *seen, init_adapter=init_adapter)
+            device=resolve_device(config.device))
+        if config.population:
+            from babylon_rl.train.population import PopulationOptions, PopulationTrainer
+
+            population = PopulationOptions(config.population, config.evolve_every, config.objective, config.bounds,
+                                           config.replace_bottom, fitness_decisions=config.fitness_decisions, seed=config.seed)
+            return PopulationTrainer(base_model, options, population, config.groups_per_step, *seen, init_adapter=init_adapter)
+        return MenuTrainer(base_model, options, *seen, init_adapter=init_adapter)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
@@ -156,6 +171,12 @@ def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
         if not run.config.exists():
             raise ConfigError(f"nothing to resume: run {config.name!r} has no {run.config}; start it without --resume")
         saved = TrainConfig(**json.loads(run.config.read_text()))
+        if config.dataset != saved.dataset:
+            raise ConfigError(f"run {config.name!r} trained on dataset {saved.dataset!r}, not {config.dataset!r}: resume it with "
+                              f"--dataset {saved.dataset}, or start a new --run-name")
+        if config.population is not None and config.population != saved.population:
+            raise ConfigError(f"run {config.name!r} is a population of {saved.population or 1}, not {config.population}: resume "
+                              f"it without --population, or start a new --run-name")
         return run, saved.model_copy(update={"resume": True})
     if run.checkpoint_steps():
         raise ConfigError(f"run {config.name!r} already has checkpoints in {run.checkpoints}: pass --resume to continue it, or a new --run-name")
@@ -188,8 +209,6 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     # data and run
     run, config = load_run(home, config)
     data = _load_data(home, config)
-    if getattr(data, "teachers", None):
-        console.print(data.teachers.line())
     base_model = resolve_model(home, config, console)
     init_adapter = None
     if config.init_from:
@@ -200,10 +219,14 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
         from babylon_rl.train.art_backend import check_available
 
         check_available(config.backend)
-    create_run(run, config)
-    _record_inputs(run, data)
     schedule = Schedule(len(data.train), config.groups_per_step, config.seed)
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
+    if config.population:
+        check_population(config, total_steps)
+    if getattr(data, "teachers", None):
+        console.print(data.teachers.line())
+    create_run(run, config)
+    _record_inputs(run, data)
 
     # model, and where a resumed run left off
     trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps) if config.on_decisions else ([], []),
@@ -253,6 +276,8 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
                 metrics = _on_policy_metrics(step, schedule, stats, config.learning_rate) if config.on_decisions else \
                     _metrics(step, schedule, groups, used, stats, config.learning_rate)
                 tracker.log_step(metrics)
+                if config.population:
+                    tracker.log_members(step, trainer.last_members)
                 ctx.after_step(step, total_steps)
         except KeyboardInterrupt:
             ctx.on_failure(in_flight, "interrupted", save=True)
@@ -264,6 +289,16 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
     return TrainResult(run.root, state["step"], total_steps, [run.checkpoint(s) for s in run.checkpoint_steps()],
                        ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval, resumed_at)
+
+
+def check_population(config: TrainConfig, total_steps: int) -> None:
+    """A population's settings refused in one line before anything is written: crossed bounds, an evolution never reached."""
+    from babylon_rl.train.population import PopulationOptions
+
+    PopulationOptions(config.population, config.evolve_every, config.objective, config.bounds).limits(config.groups_per_step)
+    if config.evolve_every > total_steps:
+        raise ConfigError(f"--evolve-every {config.evolve_every} is longer than the run ({total_steps} steps): the population "
+                          f"would never be scored; give at most {total_steps}")
 
 
 def scheduled(data, schedule: Schedule, total_steps: int) -> tuple[list, list]:
@@ -370,6 +405,9 @@ class _Loop:
     last_eval: dict = field(default_factory=dict)
 
     def after_step(self, step: int, total: int) -> None:
+        if self.config.population:
+            self.after_population_step(step, total)
+            return
         checkpoint_due = step % self.config.checkpoint_every == 0 or step == total
         eval_due = bool(self.config.eval_every and step % self.config.eval_every == 0)
         if eval_due or (checkpoint_due and (self.config.keep_best or self.config.eval_every)):
@@ -377,6 +415,18 @@ class _Loop:
             self.tracker.log_eval(step, self.last_eval)
         if checkpoint_due:
             self.checkpoint(step)
+
+    def after_population_step(self, step: int, total: int) -> None:
+        """At each evolution (and the last step): every member scored on validation, the tournament, a checkpoint of
+        the elite with the whole population beside it; the best elite so far is the run's best checkpoint."""
+        if step % self.config.evolve_every and step != total:
+            return
+        evolution = self.trainer.evolve(self.data.validation, step)  # never the eval split
+        self.last_eval = {k: v for k, v in evolution.items() if k != "hyper"}
+        self.console.print(f"evolution at step {step}: best {evolution['score']:+.3f} mean {evolution['mean_score']:+.3f}; "
+                           f"elite {evolution['member']}: {evolution['hyper']}")
+        self.tracker.log_eval(step, self.last_eval, echo=False)
+        self.checkpoint(step)
 
     def checkpoint(self, step: int) -> Path:
         path = self.run.checkpoint(step)
@@ -391,7 +441,7 @@ class _Loop:
             raise
         if self.writeback:
             self.writeback.model_finished(key, "ready", self._avg_reward(), self.last_eval or None)
-        if self.config.keep_best:
+        if self.config.keep_best or self.config.population:
             self._keep_best(step)
         return path
 
@@ -400,7 +450,8 @@ class _Loop:
         return self.state["reward_sum"] / count if count else None
 
     def _keep_best(self, step: int) -> None:
-        """Keep the checkpoint with the best validation score and the latest (needed by --resume); delete the rest."""
+        """Record the checkpoint with the best validation score (best.json); with --keep-best keep only it and the
+        latest (needed by --resume)."""
         score = self.last_eval.get("score")
         best = self.state.get("best")
         if score is not None and (best is None or score > best["score"]):
@@ -411,6 +462,8 @@ class _Loop:
             saved = json.loads(state_file.read_text())
             saved["loop"]["best"] = self.state["best"]
             state_file.write_text(json.dumps(saved, indent=2, default=str))
+        if not self.config.keep_best:
+            return
         keep = {step} | ({self.state["best"]["step"]} if self.state.get("best") else set())
         for old in self.run.checkpoint_steps():
             if old not in keep:

@@ -100,16 +100,18 @@ def decision_plan(shape: ModelShape, prompts: int, prompt_tokens: int, answers: 
 
 
 def cached_plan(shape: ModelShape, items: int, mean_tokens: float, longest: int, micro_batch: int, lora_r: int,
-                trained_layers: int, bf16_bottom: bool = False) -> Plan:
+                trained_layers: int, bf16_bottom: bool = False, adapters: int = 1) -> Plan:
     """Peak of the menu objective (`cached.py`): every item's frozen states in bf16 (kept for reuse), and a pass
     of the trained blocks over `micro_batch` items of `longest` tokens (its logits are the menu's tokens only).
-    `bf16_bottom`: the frozen blocks and the embeddings also run from a bf16 copy (frozen.SplitModel)."""
+    `bf16_bottom`: the frozen blocks and the embeddings also run from a bf16 copy (frozen.SplitModel). `adapters`:
+    a population's members, each with its own adapter, averaged copy, gradient and Adam moments (the states shared)."""
     step = plan(shape, micro_batch * longest, lora_r, trained_layers, False)
     states = int(2 * shape.hidden * mean_tokens * items)
     embeddings = shape.vocab * shape.hidden
     per_layer = (shape.parameters - embeddings) / shape.layers
     bottom_copy = int(2 * (embeddings + per_layer * (shape.layers - trained_layers))) if bf16_bottom else 0
-    return Plan(step.weights + bottom_copy, step.optimizer, step.activations, 0, False, states)
+    members = (adapters - 1) * 5 * (step.optimizer // 3)  # another adapter: its weights, average, gradient, two moments
+    return Plan(step.weights + bottom_copy, step.optimizer + members, step.activations, 0, False, states)
 
 
 def choose(shape: ModelShape, tokens: int, lora_r: int, trained_layers: int, reference_copy: bool,

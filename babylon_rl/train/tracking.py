@@ -16,6 +16,10 @@ METRIC_COLUMNS = [
     "loss", "kl", "grad_norm", "tokens", "tokens_per_s", "learning_rate", "step_seconds",
     "valid_rate", "correct_rate", "sample_seconds",  # on-policy runs: their sampled answers (empty otherwise)
 ]
+MEMBER_COLUMNS = [
+    "step", "member", "loss", "grad_norm", "reward_mean", "items", "step_seconds",
+    "learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature", "imitation_weight",
+]
 SECRET_KEYS = ("database_url", "api_key", "password", "token")
 
 
@@ -76,19 +80,20 @@ class Tracker:
         )
 
     def _truncate_metrics(self, keep_through: int) -> None:
-        """On resume, drop rows of steps after the checkpoint we continue from."""
-        path = self.run_dir / "metrics.csv"
-        if not path.exists():
-            return
-        with path.open(newline="") as handle:
-            rows = [r for r in csv.DictReader(handle) if int(r["step"]) <= keep_through]
-        self._write_rows(path, rows, mode="w")
+        """On resume, drop rows of steps after the checkpoint we continue from (metrics.csv and a population's members.csv)."""
+        for name, columns in (("metrics.csv", METRIC_COLUMNS), ("members.csv", MEMBER_COLUMNS)):
+            path = self.run_dir / name
+            if not path.exists():
+                continue
+            with path.open(newline="") as handle:
+                rows = [r for r in csv.DictReader(handle) if int(r["step"]) <= keep_through]
+            self._write_rows(path, rows, mode="w", columns=columns)
 
     @staticmethod
-    def _write_rows(path: Path, rows: list[dict], mode: str) -> None:
+    def _write_rows(path: Path, rows: list[dict], mode: str, columns: list[str] = METRIC_COLUMNS) -> None:
         new = mode == "w" or not path.exists()
         with path.open(mode, newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+            writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerows(rows)
@@ -101,9 +106,17 @@ class Tracker:
             self._progress.update(self._task, completed=metrics["step"],
                                   description=f"{self.run_name} loss {metrics['loss']:.4f} reward {metrics['reward_mean']:.3f}")
 
-    def log_eval(self, step: int, metrics: dict) -> None:
+    def log_members(self, step: int, rows: list[dict]) -> None:
+        """A population step: one members.csv row per member (its figures and hyper-parameters), and member/NAME/* in W&B."""
+        self._write_rows(self.run_dir / "members.csv", [{"step": step, **row} for row in rows], "a", MEMBER_COLUMNS)
+        if self.wandb_run is not None:
+            self.wandb_run.log({f"member/{row['member']}/{k}": v for row in rows for k, v in row.items()
+                                if isinstance(v, (int, float)) and k != "member"}, step=step)
+
+    def log_eval(self, step: int, metrics: dict, echo: bool = True) -> None:
+        metrics = {k: v for k, v in metrics.items() if v is not None}  # e.g. no trade precision where nothing traded
         if self.wandb_run is not None and metrics:
-            self.wandb_run.log({f"eval/{k}": v for k, v in metrics.items()}, step=step)
-        if metrics:
+            self.wandb_run.log({f"eval/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+        if metrics and echo:
             shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
             self.console.print(f"step {step} eval: {shown}")
