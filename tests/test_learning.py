@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from types import SimpleNamespace
 from datetime import datetime
 from pathlib import Path
 
@@ -373,12 +374,12 @@ def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path,
 
     found = []
 
-    def stop_before_the_run(run, config):
+    def stop_before_the_run(*args):
         found.append((home / "models" / "smollm2-135m" / "config.json").exists())
         raise ConfigError("stopped before the run")
 
-    monkeypatch.setattr(loop, "_load_data", lambda home_, config: None)  # no dataset needed to get this far
-    monkeypatch.setattr(loop, "create_run", stop_before_the_run)
+    monkeypatch.setattr(loop, "_load_data", lambda home_, config: SimpleNamespace(train=[]))  # no dataset needed to get this far
+    monkeypatch.setattr(loop, "Schedule", stop_before_the_run)  # the first thing after the model is resolved
     result = run_cli("train", "--dataset", "d", "--on-policy", "--run-name", "r")
     assert found == [True], result.output
     assert "converting the default policy" in result.output
