@@ -133,11 +133,10 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
             variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
             device=resolve_device(config.device))
         if config.population:
-            from babylon_rl.train.population import PopulationOptions, PopulationTrainer
+            from babylon_rl.train.population import PopulationTrainer
 
-            population = PopulationOptions(config.population, config.evolve_every, config.objective, config.bounds,
-                                           config.replace_bottom, fitness_decisions=config.fitness_decisions, seed=config.seed)
-            return PopulationTrainer(base_model, options, population, config.groups_per_step, *seen, init_adapter=init_adapter)
+            return PopulationTrainer(base_model, options, population_options(config), config.groups_per_step, *seen,
+                                     init_adapter=init_adapter)
         return MenuTrainer(base_model, options, *seen, init_adapter=init_adapter)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
@@ -291,11 +290,16 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
                        ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval, resumed_at)
 
 
-def check_population(config: TrainConfig, total_steps: int) -> None:
-    """A population's settings refused in one line before anything is written: crossed bounds, an evolution never reached."""
+def population_options(config: TrainConfig):
     from babylon_rl.train.population import PopulationOptions
 
-    PopulationOptions(config.population, config.evolve_every, config.objective, config.bounds).limits(config.groups_per_step)
+    return PopulationOptions(config.population, config.evolve_every, config.objective, config.bounds, config.replace_bottom,
+                             fitness_decisions=config.fitness_decisions, seed=config.seed)
+
+
+def check_population(config: TrainConfig, total_steps: int) -> None:
+    """A population's settings refused in one line before anything is written: crossed bounds, an evolution never reached."""
+    population_options(config).limits(config.groups_per_step)
     if config.evolve_every > total_steps:
         raise ConfigError(f"--evolve-every {config.evolve_every} is longer than the run ({total_steps} steps): the population "
                           f"would never be scored; give at most {total_steps}")

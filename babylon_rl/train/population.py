@@ -197,23 +197,16 @@ class PopulationTrainer(MenuTrainer):
             if hasattr(module, "lora_A") and name in module.lora_A:
                 yield path, module
 
-    def _weights_of(self, name: str, averaged: list | None = None) -> dict[str, tuple]:
-        """Each LoRA module's (A, B, scaling) of adapter `name` (the averaged weights when given), detached copies."""
-        out = {}
-        with self._swapped(name, averaged):
-            for path, module in self._lora_modules(name):
-                out[path] = (module.lora_A[name].weight.detach().clone(), module.lora_B[name].weight.detach().clone(),
-                             float(module.scaling[name]))
-        return out
+    def _weights_of(self, name: str) -> dict[str, tuple]:
+        """Each LoRA module's (A, B, scaling) of adapter `name`, detached copies."""
+        return {path: (module.lora_A[name].weight.detach().clone(), module.lora_B[name].weight.detach().clone(),
+                       float(module.scaling[name])) for path, module in self._lora_modules(name)}
 
     @contextmanager
-    def _swapped(self, name: str, values: list | None) -> Iterator[None]:
-        """Adapter `name`'s parameters set to `values` for the block (None: as they are)."""
+    def _swapped(self, name: str, values: list) -> Iterator[None]:
+        """Adapter `name`'s parameters set to `values` (its averaged weights) for the block."""
         import torch
 
-        if values is None:
-            yield
-            return
         params = self._params_of(name)
         raw = [p.detach().clone() for p in params]
         with torch.no_grad():
@@ -447,12 +440,13 @@ class PopulationTrainer(MenuTrainer):
         return state
 
     def _zero_source(self, hyper: Hyper) -> dict[str, tuple]:
-        """A placeholder product for `_install` (the saved weights are copied in right after)."""
+        """A placeholder product of `hyper`'s rank for `_install` (the saved weights are copied in right after)."""
         import torch
 
-        template = self.members[0].name
-        return {path: (torch.zeros(hyper.lora_r, a.shape[1]), torch.zeros(b.shape[0], hyper.lora_r), 1.0)
-                for path, (a, b, _) in self._weights_of(template).items()}
+        name = self.members[0].name
+        return {path: (torch.zeros(hyper.lora_r, module.lora_A[name].in_features),
+                       torch.zeros(module.lora_B[name].out_features, hyper.lora_r), 1.0)
+                for path, module in self._lora_modules(name)}
 
     def save_merged(self, directory: Path) -> Path:
         """The elite's averaged adapter folded into the base (`--merge`)."""
