@@ -582,6 +582,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "reward_temperature, imitation_weight); repeatable.")
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
+@click.option("--hold-weight", type=click.FloatRange(0, 1), default=1.0, show_default=True,
+              help="distill, menu-imitate: a logged hold's weight in the loss against a logged trade's 1; 0 learns from the "
+                   "teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="AWR temperature: smaller trusts the judge more.")
 @click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")

@@ -8,6 +8,9 @@ the teachers are chosen as `train --objective distill` chooses them (train windo
 - every validation decision of the teachers: the same, and how often it answers as the teacher did.
 The eval split is never opened. Step 0 is the base model. One JSON line per checkpoint goes to `--out`.
 
+`--hold-weight 0` fits only the teachers' trades (their holds, 57 % of their answers, weigh nothing, so only their
+trade decisions are drawn): does a student that learns which trade, never whether, trade precisely?
+
 `--age` is an experiment on the prompt: each headline's clock time replaced by its age (`4 min ago ACME: ...`), so
 that the news persona's rule (buy within 12 minutes of a bullish headline) needs no clock arithmetic.
 
@@ -37,6 +40,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--age", action="store_true", help="headline ages instead of clock times in the prompt (experiment)")
     parser.add_argument("--answer-order", choices=["action-first", "ticker-first"], default="action-first")
     parser.add_argument("--train", type=int, default=400, help="teacher train decisions trained on")
+    parser.add_argument("--hold-weight", type=float, default=1.0,
+                        help="a logged hold's weight in the loss (train --hold-weight); at 0 only the teachers' trades are drawn")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall time for training and its checkpoints")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=32)
@@ -114,6 +119,7 @@ def main() -> None:
     if args.age:
         headline_ages()
     from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.evaluate.actions import parse_action
     from babylon_rl.quickstart import NAME
     from babylon_rl.train.cached import MenuOptions, MenuTrainer
     from babylon_rl.train.decisions import load_decision_data
@@ -123,7 +129,8 @@ def main() -> None:
     teachers = choose(Dataset.open(ctx.home, NAME))
     data = load_decision_data(ctx.home, NAME).taught_by(teachers)
     rng = np.random.default_rng(0)
-    train = [data.train[i] for i in rng.permutation(len(data.train))[: args.train]]
+    pool = data.train if args.hold_weight else [t for t in data.train if parse_action(t.logged_answer).kind in ("buy", "sell")]
+    train = [pool[i] for i in rng.permutation(len(pool))[: args.train]]
     by_window: dict[str, list] = {}
     for task in data.validation:
         by_window.setdefault(task.window_id, []).append(task)
@@ -132,12 +139,14 @@ def main() -> None:
     teachers_validation = [t for t in data.validation if t.agent_id in teachers.chosen][: args.teachers_validation or None]
 
     trainer = MenuTrainer(str(ctx.home.models / "smollm2-135m"), MenuOptions(
-        objective="imitate", learning_rate=args.learning_rate, ema=0.0, answer_order=args.answer_order, variants=1))
+        objective="imitate", learning_rate=args.learning_rate, ema=0.0, hold_weight=args.hold_weight,
+        answer_order=args.answer_order, variants=1))
     started = time.monotonic()
     train_items = trainer.items_for(train, 1)
     validation_items = trainer.items_for(validation, 0)
     teacher_items = trainer.items_for(teachers_validation, 0)
-    setting = {"age": args.age, "answer_order": args.answer_order, "learning_rate": args.learning_rate, "batch": args.batch}
+    setting = {"age": args.age, "answer_order": args.answer_order, "learning_rate": args.learning_rate, "batch": args.batch,
+               "hold_weight": args.hold_weight}
 
     def write(row: dict) -> None:
         print(json.dumps(row), flush=True)

@@ -692,3 +692,30 @@ def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(hom
     assert result.exit_code == 2 and "stands above its peers" in result.output and "nothing to distill" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (home / "runs" / "r" / "checkpoints").exists()
+
+
+def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
+    """--hold-weight 0 learns from the teachers' trades only: a logged hold adds nothing to the loss; at 1 it counts as
+    much as a logged trade (the mean of both)."""
+    from dataclasses import replace
+
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+
+    hold = _menu_task("ACME: Acme Corp beats earnings expectations")
+    trade = replace(hold, trajectory_id="t2", logged_answer='{"action": "buy", "ticker": "ACME", "shares": 50}')
+    trainer = MenuTrainer(str(small_llama), MenuOptions(objective="imitate", train_layers=1, variants=0, seed=5))
+    hold_item, trade_item = trainer.items_for([hold, trade], 0)
+    assert (hold_item.logged_index, trade_item.logged_index) == (0, 1)
+    with torch.no_grad():
+        both, alone_hold, alone_trade = (float(trainer._loss(items)[0]) for items in ([hold_item, trade_item], [hold_item], [trade_item]))
+        trainer.options = replace(trainer.options, hold_weight=0.0)
+        trades_only = float(trainer._loss([hold_item, trade_item])[0])
+    assert both == pytest.approx((alone_hold + alone_trade) / 2, rel=1e-5)
+    assert trades_only == pytest.approx(alone_trade, rel=1e-5) and trades_only != pytest.approx(both, rel=1e-3)
+
+
+def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:
+    result = run_cli("train", "--dataset", "nothing", "--objective", "menu", "--hold-weight", "0")
+    assert result.exit_code == 2 and "--hold-weight weighs the logged holds of distill and menu-imitate, not menu" in result.output

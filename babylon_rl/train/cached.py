@@ -50,6 +50,9 @@ class MenuOptions:
     objective: str = "counterfactual"  # counterfactual | imitate
     # a mix of both: imitation_weight x imitate + (1 - imitation_weight) x counterfactual (a population's distill knob)
     imitation_weight: float | None = None
+    # the weight of a logged hold in the imitation loss against a logged trade's 1: the teachers hold on ~57 % of their
+    # decisions, one menu entry against ten trades, and a student fitted to all of them learns to hold (docs/TRAINING.md)
+    hold_weight: float = 1.0
     learning_rate: float = 2e-4
     reward_temperature: float = 0.3
     shares: int = 50
@@ -63,6 +66,9 @@ class MenuOptions:
     micro_batch: int = 8  # items per forward and backward pass: the top blocks' activations of 32 items take ~4 GB
     seed: int = 0
     device: str = "cpu"
+
+
+HOLD_INDEX = 0  # the menu's first entry
 
 
 def menu(task: Task, shares: int) -> list[str]:
@@ -430,7 +436,8 @@ class MenuTrainer(Checkpoints):
             index = torch.tensor([item.logged_index for item in items], device=logp.device)
             kept = index >= 0
             picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
-            loss = loss + weight * -(picked * kept).sum() / max(len(items), 1)
+            counts = torch.where(index == HOLD_INDEX, o.hold_weight, 1.0)  # an off-menu answer counts and trains nothing
+            loss = loss + weight * -(picked * kept * counts).sum() / counts.sum().clamp(min=1e-9)
         if weight < 1:
             rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
             target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)

@@ -58,6 +58,7 @@ class TrainConfig(BaseModel):
     samples: int = Field(8, ge=2)  # answers per decision (the GRPO group)
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
+    hold_weight: float = Field(1.0, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
     shares: int = Field(50, ge=1)  # menu: the size of each menu trade
     variants: int = Field(1, ge=0)  # menu: renamed copies of each train decision (0: the real names)
@@ -77,6 +78,8 @@ class TrainConfig(BaseModel):
     def _default_objective(self) -> "TrainConfig":
         if self.objective is None:
             self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
+        if self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate"):
+            raise ValueError(f"--hold-weight weighs the logged holds of distill and menu-imitate, not {self.objective}")
         if self.population and self.objective not in MENU_OBJECTIVES:
             raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
         return self
@@ -130,7 +133,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
         options = MenuOptions(
             objective=MENU_OBJECTIVES[config.objective],
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
-            variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
+            hold_weight=config.hold_weight, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
+            seed=config.seed,
             device=resolve_device(config.device))
         if config.population:
             from babylon_rl.train.population import PopulationTrainer
