@@ -76,6 +76,16 @@ def test_an_evolution_keeps_the_elite_unmutated_and_fills_the_other_places_with_
     assert all(len(m.fitness) == 1 for m in trainer.members)
 
 
+def test_a_distill_members_hold_weight_is_the_one_its_loss_uses(small_llama):
+    options = MenuOptions(objective="imitate", train_layers=1, learning_rate=1e-2, variants=0, seed=1, hold_weight=0.8)
+    trainer = PopulationTrainer(str(small_llama), options, PopulationOptions(3, 2, "distill"), 2)
+    weights = [m.hyper.hold_weight for m in trainer.members]
+    assert weights[0] == 0.8 and all(0.2 <= w <= 0.8 for w in weights) and len(set(weights)) == 3
+    for member in trainer.members:
+        with trainer._as(member):
+            assert trainer.options.hold_weight == member.hyper.hold_weight
+
+
 def test_replace_bottom_replaces_only_the_bottom_share_from_the_top(small_llama):
     trainer = _trainer(small_llama, 4, replace_bottom=0.25)
     trainer.train_step(TASKS)

@@ -45,12 +45,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "ema": (0.0, 0.999),
     "reward_temperature": (0.05, 2.0),
     "imitation_weight": (0.0, 1.0),
+    "hold_weight": (0.0, 1.0),
 }
 # what mutation may change, by objective: the menu's target temperature; distillation's mix of imitation and the menu
 MUTABLE = {
     "menu": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature"),
-    "distill": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "imitation_weight", "reward_temperature"),
-    "menu-imitate": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
+    "distill": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "imitation_weight", "hold_weight", "reward_temperature"),
+    "menu-imitate": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
 }
 
 
@@ -65,6 +66,7 @@ class Hyper:
     ema: float
     reward_temperature: float
     imitation_weight: float | None  # None: the objective's own loss (imitate or counterfactual)
+    hold_weight: float = 1.0  # a logged hold's weight in the imitation loss (`MenuOptions.hold_weight`)
 
     def mutated(self, name: str, rng: np.random.Generator, bounds: dict[str, tuple[float, float]]) -> "Hyper":
         """This setting with `name` moved one mutation step (x0.8 or x1.2; the rank halved or doubled; the EMA's
@@ -83,6 +85,7 @@ class Hyper:
 
     def line(self) -> str:
         mix = f" imitation {self.imitation_weight:.2f}" if self.imitation_weight is not None else ""
+        mix += f" holds {self.hold_weight:.2f}" if self.hold_weight != 1 else ""
         return (f"lr {self.learning_rate:.2e} rank {self.lora_r} alpha {self.lora_alpha:.0f} batch {self.batch} "
                 f"ema {self.ema:.3f} T {self.reward_temperature:.2f}{mix}")
 
@@ -159,7 +162,8 @@ class PopulationTrainer(MenuTrainer):
         self._evolve_rng = np.random.default_rng(population.seed + 1)
         self._batch_rng = np.random.default_rng(population.seed + 2)
         first = Hyper(options.learning_rate, options.lora_r, 2.0 * options.lora_r, min(groups_per_step, int(self.limits["batch"][1])),
-                      options.ema, options.reward_temperature, 1.0 if population.objective == "distill" else None)
+                      options.ema, options.reward_temperature, 1.0 if population.objective == "distill" else None,
+                      options.hold_weight)
         start = self._weights_of("default")
         self.members: list[Member] = []
         for index in range(population.size):
@@ -184,6 +188,8 @@ class PopulationTrainer(MenuTrainer):
                 drawn = 1 - (1 - value) * math.exp(self._evolve_rng.uniform(-math.log(2), math.log(2)))
             elif name == "imitation_weight":
                 drawn = self._evolve_rng.uniform(0.5, 1.0)
+            elif name == "hold_weight":  # the run's weight on holds, or down to a quarter of it
+                drawn = value * self._evolve_rng.uniform(0.25, 1.0)
             else:
                 drawn = value * math.exp(self._evolve_rng.uniform(-math.log(2), math.log(2)))
             changes[name] = float(min(max(drawn, low), high))
@@ -258,7 +264,8 @@ class PopulationTrainer(MenuTrainer):
         self.params, self.averaged, self.optimizer, self.steps = member.params, member.averaged, member.optimizer, member.steps
         h = member.hyper
         self.options = replace(self.base_options, learning_rate=h.learning_rate, ema=h.ema, lora_r=h.lora_r,
-                               reward_temperature=h.reward_temperature, imitation_weight=h.imitation_weight)
+                               reward_temperature=h.reward_temperature, imitation_weight=h.imitation_weight,
+                               hold_weight=h.hold_weight)
         try:
             yield
         finally:

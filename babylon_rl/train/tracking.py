@@ -18,7 +18,7 @@ METRIC_COLUMNS = [
 ]
 MEMBER_COLUMNS = [
     "step", "member", "loss", "grad_norm", "reward_mean", "items", "step_seconds",
-    "learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature", "imitation_weight",
+    "learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature", "imitation_weight", "hold_weight",
 ]
 SECRET_KEYS = ("database_url", "api_key", "password", "token")
 
