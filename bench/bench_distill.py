@@ -129,7 +129,7 @@ def main() -> None:
     teachers = choose(Dataset.open(ctx.home, NAME))
     data = load_decision_data(ctx.home, NAME).taught_by(teachers)
     rng = np.random.default_rng(0)
-    pool = data.train if args.hold_weight else [t for t in data.train if parse_action(t.logged_answer).kind in ("buy", "sell")]
+    pool = data.train if args.hold_weight else [t for t in data.train if getattr(parse_action(t.logged_answer), "kind", None) in ("buy", "sell")]
     train = [pool[i] for i in rng.permutation(len(pool))[: args.train]]
     by_window: dict[str, list] = {}
     for task in data.validation:

@@ -19,7 +19,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.settings import Home
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 Progress = Callable[[int], None]
 
 
@@ -134,8 +134,8 @@ def resolve_model(home: Home, value: str) -> ModelRef:
 
 
 def _describe(path: Path, home: Home) -> ModelRef:
-    if not any((path / name).exists() for name in TOKENIZER_FILES):
-        raise ConfigError(f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_FILES)}): save the tokenizer next to the weights")
+    if not any((path / name).exists() for name in TOKENIZER_MARKERS):
+        raise ConfigError(f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_MARKERS)}): save the tokenizer next to the weights")
     run_dir = path.parent.parent if path.parent.name == "checkpoints" and (path.parent.parent / "run.json").exists() else None
     if path.name == "merged" and (path.parent / "run.json").exists():
         run_dir = path.parent
