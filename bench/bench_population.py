@@ -7,7 +7,8 @@ reported apart (`states_seconds`: the run's wall time less its steps, evolution 
 
 `pays`: at equal training items, a population of `--size` for `--steps` steps (evolving every `--evolve-every`)
 against the hand-set default (`train` with no option) for size x steps steps, both chosen on validation (their
-best.json), then each scored once on the held-out windows with `cli.py eval`.
+best.json), then each chosen checkpoint scored once on the held-out windows with `cli.py eval`. `--trained FILE`
+scores two finished runs (the JSON line pays prints after training) without training them again.
 
     python bench/bench_population.py cost --home /tmp/brl-pop --out bench/results/population-cost.json
     python bench/bench_population.py pays --home /tmp/brl-pop --out bench/results/population-pays.json
@@ -42,6 +43,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--evolve-every", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--trained", type=Path, help="pays: a JSON line of finished runs (what pays prints after training): only score them")
     parser.add_argument("--fitness-decisions", type=int, default=64, help="validation decisions each member answers at an evolution")
     return parser.parse_args()
 
@@ -86,13 +88,25 @@ def cost(args: argparse.Namespace) -> dict:
 
 
 def held_out(home: Path, run: str) -> dict:
-    _, _, output = cli(home, "eval", "--model", run, "--dataset", "quickstart", "--baseline", "none", "--menu-shares", "50")
+    """The run's chosen checkpoint (best.json's step: chosen on validation) scored once on the held-out windows."""
+    chosen = json.loads((home / "runs" / run / "best.json").read_text())["step"]
+    cli(home, "eval", "--model", str(home / "runs" / run / "checkpoints" / f"step-{chosen}"), "--dataset", "quickstart",
+        "--baseline", "none", "--menu-shares", "50")
     saved = json.loads((home / "runs" / run / "eval.json").read_text())
     model = next(p for p in saved["policies"] if p["role"] == "model")
     return {key: model["metrics"][key] for key in ("pnl_per_decision", "trade_precision", "trade_share", "direction_accuracy")}
 
 
 def pays(args: argparse.Namespace) -> dict:
+    result = json.loads(args.trained.read_text()) if args.trained else train_both(args)
+    for key in ("population", "hand_set"):  # held-out once, after both were chosen
+        result[key]["held_out"] = held_out(args.home, result[key]["run"])
+    return result
+
+
+def train_both(args: argparse.Namespace) -> dict:
+    """A population of `--size` for `--steps` steps and the hand-set default for size x steps steps, each chosen on
+    validation (best.json); what they cost and chose, printed as one JSON line (what `--trained` reads back)."""
     stamp = int(time.time())
     population, single = f"pays-pop-{stamp}", f"pays-single-{stamp}"
     common = ("train", "--dataset", "quickstart", "--groups-per-step", str(args.batch), "--learning-rate", str(args.learning_rate))
@@ -106,9 +120,8 @@ def pays(args: argparse.Namespace) -> dict:
                         "--eval-every", str(args.evolve_every * args.size), "--keep-best")
     result["hand_set"] = {"wall_seconds": wall, "peak_rss_gb": peak / 1e9, "steps": args.size * args.steps,
                           "validation": json.loads((args.home / "runs" / single / "best.json").read_text())}
+    result["population"]["run"], result["hand_set"]["run"] = population, single
     print(json.dumps(result), flush=True)
-    for key, run in (("population", population), ("hand_set", single)):  # held-out once, after both were chosen
-        result[key]["held_out"] = held_out(args.home, run)
     return result
 
 
