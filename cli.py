@@ -575,8 +575,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--evolve-every", type=click.IntRange(min=1), default=10, show_default=True, help="--population: steps between evolutions.")
 @click.option("--replace-bottom", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
               help="--population: replace only this bottom share of the members, from the same top share (PBT); default: a tournament for every place but the elite's.")
-@click.option("--fitness-decisions", type=click.IntRange(min=1), default=256, show_default=True,
-              help="--population: validation decisions every member answers at each evolution (the same ones each time).")
+@click.option("--validation-decisions", "--fitness-decisions", "validation_decisions", type=click.IntRange(min=1), default=256,
+              show_default=True, help="Validation decisions each selection pass answers (--eval-every, --keep-best, a "
+                                      "population's evolutions): drawn once from --seed, the same each time.")
 @click.option("--bound", "bounds", multiple=True, metavar="NAME=LOW:HIGH",
               help="--population: where mutation may take a hyper-parameter (learning_rate, lora_r, lora_alpha, batch, ema, "
                    "reward_temperature, imitation_weight); repeatable.")

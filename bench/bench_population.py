@@ -6,8 +6,8 @@ own steps (members.csv `step_seconds`, summed per step); the frozen states are c
 reported apart (`states_seconds`: the run's wall time less its steps, evolution and model load are in it too).
 
 `pays`: at equal training items, a population of `--size` for `--steps` steps (evolving every `--evolve-every`)
-against the hand-set default (`train` with no option) for size x steps steps, both chosen on validation (their
-best.json), then each chosen checkpoint scored once on the held-out windows with `cli.py eval`. `--trained FILE`
+against the hand-set default (`train` with no option but the same batch and learning rate) for size x steps steps,
+both chosen on the same `--validation-decisions` validation decisions (their best.json), then each chosen checkpoint scored once on the held-out windows with `cli.py eval`. `--trained FILE`
 scores two finished runs (the JSON line pays prints after training) without training them again.
 
     python bench/bench_population.py cost --home /tmp/brl-pop --out bench/results/population-cost.json
@@ -44,7 +44,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--trained", type=Path, help="pays: a JSON line of finished runs (what pays prints after training): only score them")
-    parser.add_argument("--fitness-decisions", type=int, default=64, help="validation decisions each member answers at an evolution")
+    parser.add_argument("--validation-decisions", type=int, default=64,
+                        help="validation decisions each selection pass answers (an evolution, the hand-set run's --eval-every)")
     return parser.parse_args()
 
 
@@ -76,7 +77,7 @@ def cost(args: argparse.Namespace) -> dict:
         name = f"cost-{size}-{int(time.time())}"
         wall, peak, _ = cli(args.home, "train", "--dataset", "quickstart", "--run-name", name, "--population", str(size),
                             "--max-steps", str(args.steps), "--evolve-every", str(args.steps), "--groups-per-step", str(args.batch),
-                            "--learning-rate", str(args.learning_rate), "--fitness-decisions", str(args.fitness_decisions))
+                            "--learning-rate", str(args.learning_rate), "--validation-decisions", str(args.validation_decisions))
         steps = member_steps(args.home / "runs" / name)
         rows.append({"population": size, "step_seconds": steps, "mean_step_seconds": sum(steps) / len(steps),
                      "wall_seconds": wall, "states_seconds": wall - sum(steps), "peak_rss_gb": peak / 1e9})
@@ -109,11 +110,11 @@ def train_both(args: argparse.Namespace) -> dict:
     validation (best.json); what they cost and chose, printed as one JSON line (what `--trained` reads back)."""
     stamp = int(time.time())
     population, single = f"pays-pop-{stamp}", f"pays-single-{stamp}"
-    common = ("train", "--dataset", "quickstart", "--groups-per-step", str(args.batch), "--learning-rate", str(args.learning_rate))
+    common = ("train", "--dataset", "quickstart", "--groups-per-step", str(args.batch), "--learning-rate", str(args.learning_rate),
+              "--validation-decisions", str(args.validation_decisions))
     result = {}
     wall, peak, _ = cli(args.home, *common, "--run-name", population, "--population", str(args.size),
-                        "--max-steps", str(args.steps), "--evolve-every", str(args.evolve_every),
-                        "--fitness-decisions", str(args.fitness_decisions))
+                        "--max-steps", str(args.steps), "--evolve-every", str(args.evolve_every))
     result["population"] = {"wall_seconds": wall, "peak_rss_gb": peak / 1e9, "steps": args.steps,
                             "validation": json.loads((args.home / "runs" / population / "best.json").read_text())}
     wall, peak, _ = cli(args.home, *common, "--run-name", single, "--max-steps", str(args.size * args.steps),

@@ -611,9 +611,11 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
     result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "r",  # no --objective: distill
-                     "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best")
+                     "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best",
+                     "--validation-decisions", "3")
     assert result.exit_code == 0, result.output
     assert json.loads((home / "runs" / "r" / "run.json").read_text())["objective"] == "distill"
+    assert json.loads((home / "runs" / "r" / "checkpoints" / "step-2" / "state.json").read_text())["eval"]["decisions"] == 3
     inputs = json.loads((home / "runs" / "r" / "inputs.json").read_text())
     teachers = [t["agent_id"] for t in inputs["teachers"]["teachers"]]
     assert teachers and f"teachers ({len(teachers)} of 10 agents" in result.output
@@ -719,3 +721,16 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
 def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:
     result = run_cli("train", "--dataset", "nothing", "--objective", "menu", "--hold-weight", "0")
     assert result.exit_code == 2 and "--hold-weight weighs the logged holds of distill and menu-imitate, not menu" in result.output
+
+
+@pytest.mark.parametrize("size, seed", [(3, 0), (3, 1), (10, 0), (25, 0)])
+def test_the_validation_sample_is_drawn_once_per_seed_in_split_order(size, seed):
+    """Every selection pass answers the same --validation-decisions decisions: a seeded draw in split order, all when fewer."""
+    from babylon_rl.train.loop import validation_sample
+
+    split = [f"decision-{i:02d}" for i in range(10)]
+    sample = validation_sample(split, size, seed)
+    assert sample == validation_sample(split, size, seed) == sorted(sample)
+    assert len(sample) == min(size, len(split)) and set(sample) <= set(split)
+    if size < len(split):
+        assert validation_sample(split, size, seed + 1) != sample

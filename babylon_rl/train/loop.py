@@ -19,7 +19,7 @@ from rich.console import Console
 
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
-from babylon_rl.train.data import Group, Schedule, ScoredDataset, load_scored_dataset
+from babylon_rl.train.data import Group, Schedule, load_scored_dataset
 from babylon_rl.train.runs import RunDir
 from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
@@ -71,7 +71,8 @@ class TrainConfig(BaseModel):
     population: int | None = Field(None, ge=1)
     evolve_every: int = Field(10, ge=1)
     replace_bottom: float | None = Field(None, gt=0, lt=1)
-    fitness_decisions: int = Field(256, ge=1)  # validation decisions each member answers at an evolution
+    # validation decisions a selection pass answers (--eval-every, --keep-best, an evolution): drawn once, the same each time
+    validation_decisions: int = Field(256, ge=1)
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)  # hyper-parameter -> (lowest, highest)
 
     @model_validator(mode="after")
@@ -232,7 +233,8 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     _record_inputs(run, data)
 
     # model, and where a resumed run left off
-    trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps) if config.on_decisions else ([], []),
+    validation = validation_sample(data.validation, config.validation_decisions, config.seed)  # never the eval split
+    trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps, validation) if config.on_decisions else ([], []),
                            art_factory, init_adapter)
     if getattr(trainer, "plan", None):
         from babylon_rl.train.memory import headroom
@@ -252,7 +254,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     trained_ids: list[str] = []
     with Tracker(run.root, config.name, public_config(config.model_dump()), data.manifest, console,
                  total_steps, start_step=state["step"]) as tracker:
-        ctx = _Loop(config, data, run, trainer, writeback, tracker, state, console, base_model)
+        ctx = _Loop(config, validation, run, trainer, writeback, tracker, state, console, base_model)
         in_flight: int | None = None
         try:
             while state["step"] < total_steps:
@@ -298,7 +300,7 @@ def population_options(config: TrainConfig):
     from babylon_rl.train.population import PopulationOptions
 
     return PopulationOptions(config.population, config.evolve_every, config.objective, config.bounds, config.replace_bottom,
-                             fitness_decisions=config.fitness_decisions, seed=config.seed)
+                             seed=config.seed)
 
 
 def check_population(config: TrainConfig, total_steps: int) -> None:
@@ -309,10 +311,19 @@ def check_population(config: TrainConfig, total_steps: int) -> None:
                           f"would never be scored; give at most {total_steps}")
 
 
-def scheduled(data, schedule: Schedule, total_steps: int) -> tuple[list, list]:
+def scheduled(data, schedule: Schedule, total_steps: int, validation: list) -> tuple[list, list]:
     """The train decisions the run's steps will hand the trainer, and the validation ones: what it holds at most."""
     used = sorted({i for step in range(total_steps) for i in schedule.batch(step)})
-    return [data.train[i] for i in used], data.validation
+    return [data.train[i] for i in used], validation
+
+
+def validation_sample(validation: list, size: int, seed: int) -> list:
+    """`size` of the validation split's decisions (all when fewer), drawn once from the seed and kept in split order: every
+    selection pass answers the same ones, so that its score moves with the policy and not with the sample."""
+    if len(validation) <= size:
+        return list(validation)
+    drawn = np.random.default_rng(seed + 3).permutation(len(validation))[:size]
+    return [validation[i] for i in sorted(drawn)]
 
 
 def _load_data(home: Home, config: TrainConfig):
@@ -402,7 +413,7 @@ class _Loop:
     """Evaluation, checkpoints and their bookkeeping (trained_models rows, --keep-best)."""
 
     config: TrainConfig
-    data: ScoredDataset
+    validation: list  # the validation sample every selection pass answers; never the eval split
     run: RunDir
     trainer: object
     writeback: WriteBack | None
@@ -419,7 +430,7 @@ class _Loop:
         checkpoint_due = step % self.config.checkpoint_every == 0 or step == total
         eval_due = bool(self.config.eval_every and step % self.config.eval_every == 0)
         if eval_due or (checkpoint_due and (self.config.keep_best or self.config.eval_every)):
-            self.last_eval = self.trainer.evaluate(self.data.validation)  # never the eval split
+            self.last_eval = self.trainer.evaluate(self.validation)
             self.tracker.log_eval(step, self.last_eval)
         if checkpoint_due:
             self.checkpoint(step)
@@ -429,7 +440,7 @@ class _Loop:
         the elite with the whole population beside it; the best elite so far is the run's best checkpoint."""
         if step % self.config.evolve_every and step != total:
             return
-        evolution = self.trainer.evolve(self.data.validation, step)  # never the eval split
+        evolution = self.trainer.evolve(self.validation, step)
         self.last_eval = {k: v for k, v in evolution.items() if k != "hyper"}
         self.console.print(f"evolution at step {step}: best {evolution['score']:+.3f} mean {evolution['mean_score']:+.3f}; "
                            f"elite {evolution['member']}: {evolution['hyper']}")

@@ -6,10 +6,10 @@ shared (`cached.MenuTrainer.items_for`), and the members are named LoRA adapters
 a member is its adapter, its optimizer, its averaged weights and its hyper-parameters (`Hyper`), so
 a population of N costs about N adapters' steps over one set of states.
 
-Every `evolve_every` steps each member answers `fitness_decisions` validation decisions (never eval),
-the same ones each time, and its mean reward there is its fitness. The best is the elite and stays as it is. The other places are filled
-with clones of tournament winners, or, with `replace_bottom`, only the bottom quantile is replaced
-by clones of the top one (as in PBT). Each clone then has one hyper-parameter mutated, multiplied by
+Every `evolve_every` steps each member answers the run's validation sample (`--validation-decisions`,
+never eval), the same decisions each time, and its mean reward there is its fitness. The best is the
+elite and stays as it is. The other places are filled with clones of tournament winners, or, with
+`replace_bottom`, only the bottom quantile is replaced by clones of the top one (as in PBT). Each clone then has one hyper-parameter mutated, multiplied by
 0.8 or 1.2 (the LoRA rank halved or doubled), clipped to `BOUNDS`. A rank or alpha change keeps the
 policy: the adapter's product is carried over (exact when the rank grows, its best approximation of
 the new rank when it shrinks); that clone's optimizer starts again.
@@ -98,7 +98,6 @@ class PopulationOptions:
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     replace_bottom: float | None = None  # PBT: replace only this bottom share, from the same top share
     tournament: int = 2  # members drawn per tournament
-    fitness_decisions: int = 256  # validation decisions every member answers at each evolution (all when fewer)
     seed: int = 0
 
     def limits(self, groups_per_step: int) -> dict[str, tuple[float, float]]:
@@ -173,7 +172,6 @@ class PopulationTrainer(MenuTrainer):
         self.lineage: list[dict] = [{"step": 0, "member": m.name, "parent": None, "hyper": asdict(m.hyper)} for m in self.members]
         self.elite = self.members[0].name
         self.last_members: list[dict] = []
-        self._validation_items: list[MenuItem] | None = None
         torch.manual_seed(population.seed)
 
     # -- members -----------------------------------------------------------------------------
@@ -305,16 +303,12 @@ class PopulationTrainer(MenuTrainer):
         return {**scores[best.name], "member": best.name}
 
     def _scores(self, tasks: list[Task]) -> dict[str, dict]:
-        """Each member's figures on the fitness decisions: `fitness_decisions` of the validation ones, drawn once (seeded)
-        and the same at every evolution, so that fitness moves with the members and not with the sample."""
-        if self._validation_items is None:
-            size = self.population.fitness_decisions
-            drawn = np.random.default_rng(self.population.seed + 3).permutation(len(tasks))[:size] if len(tasks) > size else range(len(tasks))
-            self._validation_items = self.items_for([tasks[i] for i in sorted(drawn)], 0)
+        """Each member's figures on the validation decisions `tasks` (the loop's fixed sample: the same at every evolution)."""
+        items = self.items_for(tasks, 0)
         scores = {}
         for member in self.members:
             with self._as(member):
-                _, metrics = self.scored(self._validation_items)
+                _, metrics = self.scored(items)
             scores[member.name] = {"score": metrics["reward"], **metrics}
         return scores
 
