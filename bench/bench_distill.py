@@ -10,6 +10,8 @@ The eval split is never opened. Step 0 is the base model. One JSON line per chec
 
 `--hold-weight 0` fits only the teachers' trades (their holds, 57 % of their answers, weigh nothing, so only their
 trade decisions are drawn): does a student that learns which trade, never whether, trade precisely?
+`--right-only` (with `--hold-weight 0`) keeps only those of their train trades that were right in direction: are the
+teachers' labels too noisy (their trades are right ~65 % of the time), where 320 clean labels once taught?
 
 `--age` is an experiment on the prompt: each headline's clock time replaced by its age (`4 min ago ACME: ...`), so
 that the news persona's rule (buy within 12 minutes of a bullish headline) needs no clock arithmetic.
@@ -42,6 +44,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--train", type=int, default=400, help="teacher train decisions trained on")
     parser.add_argument("--hold-weight", type=float, default=1.0,
                         help="a logged hold's weight in the loss (train --hold-weight); at 0 only the teachers' trades are drawn")
+    parser.add_argument("--right-only", action="store_true",
+                        help="only the teachers' train trades that were right in direction (with --hold-weight 0)")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall time for training and its checkpoints")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=32)
@@ -130,6 +134,8 @@ def main() -> None:
     data = load_decision_data(ctx.home, NAME).taught_by(teachers)
     rng = np.random.default_rng(0)
     pool = data.train if args.hold_weight else [t for t in data.train if getattr(parse_action(t.logged_answer), "kind", None) in ("buy", "sell")]
+    if args.right_only:  # hindsight on train windows only: the trades whose stock then moved their way
+        pool = [t for t in pool if t.price(t.logged_answer)[1].correct]
     train = [pool[i] for i in rng.permutation(len(pool))[: args.train]]
     by_window: dict[str, list] = {}
     for task in data.validation:
@@ -146,7 +152,7 @@ def main() -> None:
     validation_items = trainer.items_for(validation, 0)
     teacher_items = trainer.items_for(teachers_validation, 0)
     setting = {"age": args.age, "answer_order": args.answer_order, "learning_rate": args.learning_rate, "batch": args.batch,
-               "hold_weight": args.hold_weight}
+               "hold_weight": args.hold_weight, "right_only": args.right_only}
 
     def write(row: dict) -> None:
         print(json.dumps(row), flush=True)
