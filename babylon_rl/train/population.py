@@ -9,10 +9,11 @@ a population of N costs about N adapters' steps over one set of states.
 Every `evolve_every` steps each member answers the run's validation sample (`--validation-decisions`,
 never eval), the same decisions each time, and its mean reward there is its fitness. The best is the
 elite and stays as it is. The other places are filled with clones of tournament winners, or, with
-`replace_bottom`, only the bottom quantile is replaced by clones of the top one (as in PBT). Each clone then has one hyper-parameter mutated, multiplied by
-0.8 or 1.2 (the LoRA rank halved or doubled), clipped to `BOUNDS`. A rank or alpha change keeps the
-policy: the adapter's product is carried over (exact when the rank grows, its best approximation of
-the new rank when it shrinks); that clone's optimizer starts again.
+`replace_bottom`, only the bottom quantile is replaced by clones of the top one (as in PBT). Each
+clone then has one hyper-parameter mutated, multiplied by 0.8 or 1.2 (the LoRA rank halved or
+doubled), clipped to `BOUNDS`. A rank or alpha change keeps the policy: the adapter's product is
+carried over (exact when the rank grows, its best approximation of the new rank when it shrinks);
+that clone's optimizer starts again.
 """
 
 from __future__ import annotations
