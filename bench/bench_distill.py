@@ -10,7 +10,7 @@ The eval split is never opened. Step 0 is the base model. One JSON line per chec
 
 `--hold-weight 0` fits only the teachers' trades (their holds, 57 % of their answers, weigh nothing, so only their
 trade decisions are drawn): does a student that learns which trade, never whether, trade precisely?
-`--right-only` (with `--hold-weight 0`) keeps only those of their train trades that were right in direction: are the
+`--right-only` keeps only those of their train trades that were right in direction: are the
 teachers' labels too noisy (their trades are right ~65 % of the time), where 320 clean labels once taught?
 
 `--age` is an experiment on the prompt: each headline's clock time replaced by its age (`4 min ago ACME: ...`), so
@@ -45,7 +45,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--hold-weight", type=float, default=1.0,
                         help="a logged hold's weight in the loss (train --hold-weight); at 0 only the teachers' trades are drawn")
     parser.add_argument("--right-only", action="store_true",
-                        help="only the teachers' train trades that were right in direction (with --hold-weight 0)")
+                        help="only the teachers' train trades that were right in direction (no holds)")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall time for training and its checkpoints")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=32)
@@ -133,7 +133,8 @@ def main() -> None:
     teachers = choose(Dataset.open(ctx.home, NAME))
     data = load_decision_data(ctx.home, NAME).taught_by(teachers)
     rng = np.random.default_rng(0)
-    pool = data.train if args.hold_weight else [t for t in data.train if getattr(parse_action(t.logged_answer), "kind", None) in ("buy", "sell")]
+    trades_only = args.right_only or not args.hold_weight
+    pool = [t for t in data.train if getattr(parse_action(t.logged_answer), "kind", None) in ("buy", "sell")] if trades_only else data.train
     if args.right_only:  # hindsight on train windows only: the trades whose stock then moved their way
         pool = [t for t in pool if t.price(t.logged_answer)[1].correct]
     train = [pool[i] for i in rng.permutation(len(pool))[: args.train]]

@@ -234,7 +234,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
     # model, and where a resumed run left off
     validation = validation_sample(data.validation, config.validation_decisions, config.seed)  # never the eval split
-    trainer = make_trainer(config, base_model, run, scheduled(data, schedule, total_steps, validation) if config.on_decisions else ([], []),
+    trainer = make_trainer(config, base_model, run, (scheduled(data, schedule, total_steps), validation) if config.on_decisions else ([], []),
                            art_factory, init_adapter)
     if getattr(trainer, "plan", None):
         from babylon_rl.train.memory import headroom
@@ -311,10 +311,10 @@ def check_population(config: TrainConfig, total_steps: int) -> None:
                           f"would never be scored; give at most {total_steps}")
 
 
-def scheduled(data, schedule: Schedule, total_steps: int, validation: list) -> tuple[list, list]:
-    """The train decisions the run's steps will hand the trainer, and the validation ones: what it holds at most."""
+def scheduled(data, schedule: Schedule, total_steps: int) -> list:
+    """The train decisions the run's steps will hand the trainer (with the validation sample: what it holds at most)."""
     used = sorted({i for step in range(total_steps) for i in schedule.batch(step)})
-    return [data.train[i] for i in used], validation
+    return [data.train[i] for i in used]
 
 
 def validation_sample(validation: list, size: int, seed: int) -> list:
@@ -322,6 +322,7 @@ def validation_sample(validation: list, size: int, seed: int) -> list:
     selection pass answers the same ones, so that its score moves with the policy and not with the sample."""
     if len(validation) <= size:
         return list(validation)
+    # seed + 3: the draw populations made before every selection pass shared it, so their earlier runs reproduce
     drawn = np.random.default_rng(seed + 3).permutation(len(validation))[:size]
     return [validation[i] for i in sorted(drawn)]
 
