@@ -106,6 +106,20 @@ def splits(ctx: BabylonContext, args):
     return data, train, validation, eval_set, held_out
 
 
+def teachers_train(ctx: BabylonContext) -> tuple[dict, list]:
+    """The agents `train --objective distill` would distill on dataset `learn` (chosen on its train windows, checked on
+    validation) with their figures, and their train decisions; ({"none": why}, []) where no agent stands out."""
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.train.decisions import load_decision_data
+    from babylon_rl.train.teachers import NoTeachers, choose
+
+    try:
+        teachers = choose(Dataset.open(ctx.home, "learn"))
+    except NoTeachers as none:
+        return {"none": str(none)}, []
+    return teachers.to_dict(), load_decision_data(ctx.home, "learn").taught_by(teachers).train
+
+
 def cached(name: str, items, trainer, run_dir: Path, args, log) -> float:
     """Fill the items' frozen states, from disk where an earlier run saved them; seconds per item computed."""
     from babylon_rl.train.cached import cache_states, load_states, save_states
@@ -152,7 +166,7 @@ def train_policy(objective: str, trainer, train_items, validation_items, held_ou
         _, val = trainer.scored(validation_items, 2 * trainer.options.micro_batch)
         row = {"step": trainer.steps, "decisions_seen": trainer.steps * args.batch, "validation": val,
                "seconds": time.time() - began}
-        if objective == "counterfactual":
+        if objective != "imitate":  # plain imitation answers the held-out decisions once, at its chosen checkpoint
             row["held_out_answers"], row["held_out"] = trainer.scored(held_out_items, 2 * trainer.options.micro_batch)
             row["seconds"] = time.time() - began
         curve.append(row)
@@ -204,13 +218,17 @@ def arguments() -> argparse.ArgumentParser:
                         help="how the menu's trades are written for the policy: the game's direction first, or the stock first "
                              "(cached.shown_answer; the same actions are priced either way)")
     parser.add_argument("--ema", type=float, default=0.98)
+    parser.add_argument("--hold-weight", type=float, default=1.0, help="a logged hold's weight in the imitation losses (distillation's)")
+    parser.add_argument("--distill-share", type=float, default=0.5,
+                        help="distill-improve: the share of the time to the deadline spent distilling before improving")
     parser.add_argument("--train-layers", type=int, default=4, help="LoRA on the top N blocks; the frozen states enter the lowest")
     parser.add_argument("--cache-batch", type=int, default=8)
     parser.add_argument("--micro-batch", type=int, default=8, help="items per forward and backward pass (and twice that per answering pass)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--only", choices=["states", "counterfactual", "imitate"], help="compute the frozen states only, or train "
-                        "this policy only, then stop (run the command again without it for the comparisons)")
+    parser.add_argument("--only", choices=["states", "counterfactual", "imitate", "distill-improve"],
+                        help="compute the frozen states only, or train this policy only, then stop (run the command again without "
+                        "it for the comparisons; distill-improve runs on a GPU, bench_learning_gpu.py)")
     parser.add_argument("--compare-now", action="store_true", help="compare the checkpoints as they are, training no further "
                         "(result.json and the output say how many of its planned steps each policy trained)")
     parser.add_argument("--summary", type=Path, help="write what the quickstart quotes of the result here, under this world's "
@@ -245,6 +263,8 @@ def main() -> None:
         path.with_suffix(f".{os.getpid()}").replace(path)
     log(f"bench_learning {' '.join(sys.argv[1:])}")
 
+    if args.only == "distill-improve":
+        sys.exit("--only distill-improve trains against a deadline on a GPU machine: bench/bench_learning_gpu.py")
     data, train, validation, eval_set, held_out = splits(ctx, args)
     record = train_both(args, train, validation, held_out, str(ctx.home.models / "smollm2-135m"), run_dir, out_dir, log,
                         deadline=time.time() if args.compare_now else None)
@@ -301,27 +321,55 @@ def write_summary(path: Path, args, record: dict, result: dict) -> None:
     tmp.replace(path)
 
 
+def distill_then_improve(trainer, teachers_items, train_items, validation_items, held_out_items, out_dir: Path, args, log,
+                         deadline: float) -> dict:
+    """Distillation of the teachers' logged answers until `args.distill_share` of the time to `deadline`, then the
+    counterfactual menu objective from the distilled checkpoint chosen on validation (the improve curve's step 0, with a
+    fresh optimizer) until `deadline`. Both curves answer validation and the held-out decisions at every checkpoint."""
+    import torch
+
+    switch = time.time() + args.distill_share * (deadline - time.time())
+    trainer.options = replace(trainer.options, objective="imitate")
+    distilled = train_policy("distill", trainer, teachers_items, validation_items, held_out_items, out_dir, args, log, switch)
+    chosen = distilled["best"]["state"]["averaged"]  # the weights that answered validation
+    with torch.no_grad():
+        for p, value in zip(trainer.params, chosen):
+            p.copy_(value)
+    trainer.averaged = [value.clone() for value in chosen]
+    trainer.optimizer = torch.optim.AdamW(trainer.params, lr=trainer.options.learning_rate, weight_decay=0.0)
+    trainer.steps = 0
+    trainer.options = replace(trainer.options, objective="counterfactual")
+    log(f"  improving from the distilled step {distilled['best']['step']} (validation reward {distilled['best']['validation']['reward']:+.3f})")
+    improved = train_policy("improve", trainer, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
+    return {"distill": distilled, "improve": improved | {"from_distill_step": distilled["best"]["step"]}}
+
+
 def train_both(args, train, validation, held_out, base_model: str, run_dir: Path, out_dir: Path, log,
-               deadline: float | None = None) -> dict:
+               deadline: float | None = None, teachers: list = ()) -> dict:
     """Everything that trains or answers, from tasks alone (what the GPU machine runs, bench_learning_gpu.py): the frozen
-    states, each policy's training with its checkpoints' answers, the base's (step 0) and the chosen imitation's."""
+    states, each policy's training with its checkpoints' answers, the base's (step 0) and the chosen imitation's.
+    `--only distill-improve` trains `distill_then_improve` on the `teachers`' train decisions, then on `train`."""
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
 
     options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature, shares=args.shares,
                           variants=args.variants, answer_order=args.answer_order, ema=args.ema, train_layers=args.train_layers,
+                          hold_weight=args.hold_weight,
                           cache_batch=args.cache_batch, micro_batch=args.micro_batch, seed=args.seed, device=args.device)
     trainer = MenuTrainer(base_model, options)
     rng = np.random.default_rng(args.seed + 2)
     train_items = make_items(trainer.tokenizer, train, options, args.variants, rng)
     validation_items = make_items(trainer.tokenizer, validation, options, 0, rng)
     held_out_items = make_items(trainer.tokenizer, held_out, options, 0, rng)
+    teachers_items = make_items(trainer.tokenizer, list(teachers), options, args.variants, rng)
     log(f"{len(train)} train decisions x {max(args.variants, 1)} namings = {len(train_items)} items; {len(validation_items)} validation; "
-        f"{len(held_out_items)} held-out decisions")
-    cache_seconds = {name: cached(name, items, trainer, run_dir, args, log)
-                     for name, items in (("train", train_items), ("validation", validation_items), ("eval", held_out_items))}
-    # --only: one policy's training alone (two processes of one thread each use 2 cores better than one of two)
+        f"{len(held_out_items)} held-out decisions; {len(teachers_items)} of the teachers' items")
+    cache_seconds = {name: cached(name, items, trainer, run_dir, args, log) for name, items in (
+        ("train", train_items), ("validation", validation_items), ("eval", held_out_items), ("teachers", teachers_items)) if items}
     results = {}
-    trained = {None: ("counterfactual", "imitate"), "states": ()}.get(args.only, (args.only,))
+    if args.only == "distill-improve":
+        results = distill_then_improve(trainer, teachers_items, train_items, validation_items, held_out_items, out_dir, args, log, deadline)
+    # --only: one policy's training alone (two processes of one thread each use 2 cores better than one of two)
+    trained = {None: ("counterfactual", "imitate"), "states": (), "distill-improve": ()}.get(args.only, (args.only,))
     for name in trained:
         policy = trainer if name == "counterfactual" else MenuTrainer(base_model, replace(options, objective="imitate"))
         results[name] = train_policy(name, policy, train_items, validation_items, held_out_items, out_dir, args, log, deadline)

