@@ -76,6 +76,8 @@ SETTINGS = {
     "distill-improve": {"only": "distill-improve", "horizon": "next-look", "train_layers": 8},
     "distill-improve-holds0.25": {"only": "distill-improve", "horizon": "next-look", "train_layers": 8, "hold_weight": 0.25,
                                   "learning_rate": 5e-4},
+    "distill-long-holds0.25": {"only": "distill-improve", "horizon": "next-look", "train_layers": 8, "hold_weight": 0.25,
+                               "learning_rate": 5e-4, "distill_share": 0.9},
     "imitate-8-blocks": {"only": "imitate", "train_layers": 8},
 }
 DISTILL_SETTINGS = ["distill-improve", "distill-improve-holds0.25", "imitate-8-blocks"]

@@ -530,6 +530,11 @@ def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stop
     assert after > before + 0.5
     assert trainer.evaluate([task])["decisions"] == 1
 
+    kept = trainer.state()
+    trainer.train_step([task])
+    assert not all(torch.equal(a, b) for a, b in zip(kept["averaged"], trainer.averaged))  # a snapshot, not the live average
+    trainer.restore(kept)
+
     trainer.save(tmp_path / "ckpt", {"step": 10})
     resumed = MenuTrainer(str(small_llama), options)
     resumed.load(tmp_path / "ckpt")

@@ -522,7 +522,8 @@ class MenuTrainer(Checkpoints):
 
     # -- checkpoints ------------------------------------------------------------------------
     def state(self) -> dict:
-        return {"params": [p.detach().clone() for p in self.params], "averaged": self.averaged,
+        """A snapshot: later steps change neither the weights nor the average it holds (a kept best checkpoint)."""
+        return {"params": [p.detach().clone() for p in self.params], "averaged": [a.clone() for a in self.averaged],
                 "optimizer": self.optimizer.state_dict(), "steps": self.steps}
 
     def restore(self, state: dict) -> None:
