@@ -208,6 +208,7 @@ def learning_verdict(evaluation) -> list[str]:
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 LEARNING_BENCHMARKS = (RESULTS / "learning-gpu.json", RESULTS / "learning-cpu.json")
+DISTILL_BENCHMARK = RESULTS / "distill-gpu.json"
 
 
 def benchmark_line(path: Path) -> str | None:
@@ -231,6 +232,27 @@ def benchmark_line(path: Path) -> str | None:
             f"Command: {result['command']} (docs/BENCHMARKS.md#learning)")
 
 
+def distill_benchmark_line(path: Path) -> str | None:
+    """What the distillation benchmark's committed result (`bench_learning_gpu.py score-distill --summary`) says in one
+    line: the distilled, then improved student against its base and its teachers on held-out P&L and trade precision, the
+    references it beats on both, the verdict, the command. None outside a checkout."""
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())["news1"]
+    held_out, verdict = result["held_out"], result["verdicts"]["model"]
+
+    def figures(role: str) -> str:
+        return f"{held_out[role]['pnl_per_decision']:+.2f} P&L, {held_out[role]['trade_precision']:.3f} precision"
+
+    beaten = [name for role, name in (("baseline", "its base"), ("constant", "the best constant"), ("logged", "the logged agents"),
+                                      ("imitation", "imitation")) if verdict["comparison"][role]["beats_outside_interval"]]
+    shown = "learning shown" if verdict["learning_shown"] else f"learning NOT shown (it beats {' and '.join(beaten) or 'no reference'} on both metrics)"
+    return (f"the distillation benchmark ({result['date']}, one {result['device']}, {result['eval_windows']} held-out windows): "
+            f"its teachers distilled (chosen on validation: step {result['chosen_steps']['distill']}), then improved: "
+            f"{figures('model')} against its base's {figures('baseline')} and its teachers' {figures('teachers')}; {shown}. "
+            f"Command: {result['command']} (docs/BENCHMARKS.md#distillation-then-improvement-on-a-gpu)")
+
+
 def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: QuickstartResult) -> None:
     from babylon_rl.evaluate.table import eval_table
 
@@ -244,8 +266,7 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     else:
         ctx.console.print("[bold red]learning NOT shown[/bold red]: no agent stands out on the train windows, so nothing was "
                           "distilled and nothing is claimed")
-    for path in LEARNING_BENCHMARKS:
-        benchmark = benchmark_line(path)
+    for benchmark in [*(benchmark_line(path) for path in LEARNING_BENCHMARKS), distill_benchmark_line(DISTILL_BENCHMARK)]:
         if benchmark:
             ctx.console.print(benchmark)
     table = Table(show_header=False, title=f"artifacts ({sum(result.stages.values()):.0f}s in all)")

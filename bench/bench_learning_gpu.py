@@ -82,6 +82,8 @@ SETTINGS = {
 }
 DISTILL_SETTINGS = ["distill-improve", "distill-improve-holds0.25", "imitate-8-blocks"]
 COMMAND = "python bench/bench_learning_gpu.py prepare, run (on the GPU machine), score"
+DISTILL_COMMAND = ("python bench/bench_learning_gpu.py prepare --windows 960 --eval-per-window 20 --train-decisions 4000, "
+                   "run --settings distill-improve distill-improve-holds0.25 imitate-8-blocks (on the GPU machine), score-distill")
 DATA = {"train_decisions": 6000, "validation_decisions": 1000, "eval_per_window": 100, "variants": 2}
 
 
@@ -262,7 +264,7 @@ def score_distill(options) -> None:
         print(f"\ndesign check (news rule - best constant): P&L {design['pnl_per_decision_diff']['value']:+.2f} "
               f"[{design['pnl_per_decision_diff']['low']:+.2f}, {design['pnl_per_decision_diff']['high']:+.2f}]")
         summary[pack] = {
-            "date": time.strftime("%Y-%m-%d"), "device": record["gpu"], "setting": chosen, "teachers": teachers,
+            "date": time.strftime("%Y-%m-%d"), "device": record["gpu"], "setting": chosen, "command": DISTILL_COMMAND, "teachers": teachers,
             "eval_windows": len(eval_set.windows), "eval_decisions": len(eval_set.decisions),
             "chosen_steps": {phase: best["step"] for phase, best in steps.items()},
             "peak_gpu_gb": round(record["peak_gpu_mb"] / 1024, 1),

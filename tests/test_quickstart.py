@@ -36,6 +36,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert ("learning shown" if evaluation["learning_shown"] else "learning NOT shown") in out
     assert "the learning benchmark (" in out and "bench_learning_gpu.py" in out  # the committed results, quoted
     assert "bench_learning.py --home" in out
+    assert "the distillation benchmark (" in out and "score-distill" in out
     page = (home / "runs" / "quickstart" / "report.html").read_text()
     assert "<svg" in page and "Learning" in page and "direction accuracy</b>: the share" in page
 
@@ -65,6 +66,24 @@ def test_the_benchmark_line_quotes_the_committed_result(tmp_path) -> None:
         (tmp_path / "result.json").write_text(json.dumps({"news1": news}))
         assert "learning shown." in benchmark_line(tmp_path / "result.json")
     assert benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
+
+
+def test_the_distillation_benchmark_line_quotes_the_committed_result(tmp_path) -> None:
+    from babylon_rl.quickstart import DISTILL_BENCHMARK, distill_benchmark_line
+
+    result = json.loads(DISTILL_BENCHMARK.read_text())
+    news = result["news1"]
+    line = distill_benchmark_line(DISTILL_BENCHMARK)
+    for role in ("model", "baseline", "teachers"):
+        assert f"{news['held_out'][role]['pnl_per_decision']:+.2f} P&L, {news['held_out'][role]['trade_precision']:.3f} precision" in line
+    assert news["device"] in line and news["command"] in line and f"{news['eval_windows']} held-out windows" in line
+    beats = news["verdicts"]["model"]["comparison"]
+    assert ("the best constant" in line) == beats["constant"]["beats_outside_interval"]
+    assert ("learning shown" if news["verdicts"]["model"]["learning_shown"] else "learning NOT shown") in line
+    news["verdicts"]["model"]["learning_shown"] = True
+    (tmp_path / "result.json").write_text(json.dumps({"news1": news}))
+    assert "; learning shown." in distill_benchmark_line(tmp_path / "result.json")
+    assert distill_benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
 
 
 def test_the_commands_defaults_are_the_quickstarts() -> None:
