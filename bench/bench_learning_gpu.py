@@ -170,15 +170,20 @@ def worker(options) -> None:
 
 
 # -- 3. score ---------------------------------------------------------------------------------
-def score(options) -> None:
+def worlds(options):
+    """Each home's world, its pack's name (`news1`) and its records by setting, its heading printed."""
     with lzma.open(options.records, "rt") as handle:
         records = json.load(handle)
-    summary = {}
     for home in options.homes:
         world = json.loads((Path(home) / "world.json").read_text())
         pack = f"news{world['news_strength']:g}"
-        mine = {name.removeprefix(f"{pack}-"): r for name, r in records.items() if name.startswith(f"{pack}-")}
         print(f"\n## {home}: news strength {world['news_strength']:g}\n")
+        yield home, world, pack, {name.removeprefix(f"{pack}-"): r for name, r in records.items() if name.startswith(f"{pack}-")}
+
+
+def score(options) -> None:
+    summary = {}
+    for home, world, pack, mine in worlds(options):
         print("| setting | steps | decisions seen | chosen step | its validation reward, accuracy | s/step | peak GPU |\n|---|---:|---:|---:|---|---:|---:|")
         for setting, r in mine.items():
             result = next(iter(r["results"].values()))
@@ -217,14 +222,8 @@ def score_distill(options) -> None:
     from babylon_rl.evaluate.rules import news_rule
     from babylon_rl.evaluate.run import LEARNING_REFERENCES, compare_results, resized, scored_answers, teachers_reference
 
-    with lzma.open(options.records, "rt") as handle:
-        records = json.load(handle)
     summary = {}
-    for home in options.homes:
-        world = json.loads((Path(home) / "world.json").read_text())
-        pack = f"news{world['news_strength']:g}"
-        mine = {name.removeprefix(f"{pack}-"): r for name, r in records.items() if name.startswith(f"{pack}-")}
-        print(f"\n## {home}: news strength {world['news_strength']:g}\n")
+    for home, world, pack, mine in worlds(options):
         distilled = {s: r for s, r in mine.items() if "distill" in r["results"]}
         teachers = next(iter(mine.values()))["teachers"] if mine else {"none": "no record"}
         if not distilled:
