@@ -739,3 +739,36 @@ def test_the_validation_sample_is_drawn_once_per_seed_in_split_order(size, seed)
     assert len(sample) == min(size, len(split)) and set(sample) <= set(split)
     if size < len(split):
         assert validation_sample(split, size, seed + 1) != sample
+
+
+def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunks_states(smollm2, tmp_path, monkeypatch):
+    """An evaluation's menu policies rank RANKED_CHUNK decisions at a time (the frozen states of one chunk held, then
+    dropped): the base's answers are the ones a single pass over every decision gives, in the decisions' order, and an
+    adapter's are the ones its trainer chooses."""
+    from babylon_rl.train import cached
+
+    news = ["ACME: Acme Corp beats earnings expectations", "BOLT: Bolt recalls its flagship", "CRUX: Crux wins a contract",
+            "ACME: Acme Corp misses estimates", "BOLT: Bolt raises guidance"]
+    tasks = [_menu_task(headline) for headline in news]
+    trainer = cached.MenuTrainer(str(smollm2), cached.MenuOptions(train_layers=1, learning_rate=1e-2, variants=0, seed=1, ema=0.0))
+    for _ in range(3):
+        trainer.train_step(tasks[:1])
+    adapter = trainer.save(tmp_path / "ckpt", {"step": 3})
+    items = trainer.items_for(tasks, 0)
+    trainers_own = [item.answers[i] for item, i in zip(items, trainer.choose(items, averaged=False))]
+    held = []
+    states = cached.cache_states
+    monkeypatch.setattr(cached, "cache_states", lambda split, items, *a, **k: (held.append(len(items)), states(split, items, *a, **k)))
+
+    def answers(chunk: int) -> tuple[list[str], list[str]]:
+        monkeypatch.setattr(cached, "RANKED_CHUNK", chunk)
+        ranker = cached.MenuRanker(str(smollm2), [adapter], 50)
+        ranker.prepare(tasks)
+        return ranker.answers(None), ranker.answers(adapter)
+
+    base, adapted = answers(len(tasks))
+    assert held == [5] and len(set(base)) > 1  # the base answers differently across these decisions: order matters
+    assert adapted == trainers_own
+    held.clear()
+    assert answers(2) == (base, adapted)
+    assert held == [2, 2, 1]  # never more than a chunk's states at a time

@@ -69,6 +69,7 @@ class MenuOptions:
 
 
 HOLD_INDEX = 0  # the menu's first entry
+RANKED_CHUNK = 256  # decisions whose frozen states an evaluation holds at once (MenuRanker)
 
 
 def menu(task: Task, shares: int) -> list[str]:
@@ -287,13 +288,15 @@ class MenuRanker:
 
     The base model's blocks below the lowest adapted one are computed once for every decision
     (`cache_states`); each policy (the base itself, or a LoRA adapter on the blocks above) then
-    runs only the top blocks.
+    runs only the top blocks. `RANKED_CHUNK` decisions at a time: a chunk's states are ranked under
+    every policy, then dropped, so an evaluation's peak memory does not grow with its decisions.
     """
 
     def __init__(self, base_model: str, adapters: list[Path], shares: int, device: str = "cpu") -> None:
         from babylon_rl.train.models import load_causal_lm
 
         self.device = device
+        self.adapters = list(adapters)
         self.model, self.tokenizer = load_causal_lm(base_model, device)
         self.model.eval()
         layers = self.model.config.num_hidden_layers
@@ -302,26 +305,36 @@ class MenuRanker:
         self.options = MenuOptions(shares=shares, train_layers=self.train_layers, device=device)
         self.bottom_dtype = bottom_dtype(device)
         self.split = SplitModel(self.model, self.train_layers, self.bottom_dtype)
-        self.items: list[MenuItem] = []
+        self._answers: dict[Path | None, list[str]] = {}
 
     def prepare(self, tasks: list[Task], on_done: Callable[[int], None] = lambda n: None) -> None:
-        self.items = make_items(self.tokenizer, tasks, self.options, 0, np.random.default_rng(0))
-        cache_states(self.split, self.items, self.options.cache_batch, self.device, on_done)
+        """Every policy's answer to every task (the base's under None, each adapter's under its path)."""
+        items = make_items(self.tokenizer, tasks, self.options, 0, np.random.default_rng(0))
+        self._answers = {policy: [] for policy in (None, *self.adapters)}
+        for start in range(0, len(items), RANKED_CHUNK):
+            chunk = items[start : start + RANKED_CHUNK]
+            cache_states(self.split, chunk, self.options.cache_batch, self.device, on_done)
+            for policy, answers in self._answers.items():
+                answers += [item.answers[i] for item, i in zip(chunk, self._ranked(policy, chunk))]
+            for item in chunk:
+                item.states = None
 
     def answers(self, adapter: Path | None) -> list[str]:
         """Each decision's highest-ranked menu answer under the base model with `adapter` on its top blocks (None: the base)."""
+        return self._answers[adapter]
+
+    def _ranked(self, adapter: Path | None, items: list[MenuItem]) -> list[int]:
         import warnings
 
         from peft import PeftModel
 
         if adapter is None:
-            return [item.answers[i] for item, i in zip(self.items, ranked(self.split, self.items, self.device))]
+            return ranked(self.split, items, self.device)
         with warnings.catch_warnings():  # peft calls a transformers 5 deprecated alias
             warnings.simplefilter("ignore", FutureWarning)
             adapted = PeftModel.from_pretrained(self.model, str(adapter)).eval()
         try:
-            chosen = ranked(SplitModel(adapted, self.train_layers), self.items, self.device)
-            return [item.answers[i] for item, i in zip(self.items, chosen)]
+            return ranked(SplitModel(adapted, self.train_layers), items, self.device)
         finally:
             self.model = adapted.unload()  # the base back, without the adapter's layers
             self.split = SplitModel(self.model, self.train_layers, self.bottom_dtype)
