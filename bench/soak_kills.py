@@ -235,15 +235,18 @@ def soak(admin_url: str, workdir: Path, game_minutes: int = 60, windows: int = 6
         columns, slices = plan_arrivals(source_url, game_minutes)
         builder = Builder(home, game_url, every_minutes, logs)
         builder.start()
-        next_kill = rng.randint(*kill_every)
+        next_kill, completed, deferred = rng.randint(*kill_every), 0, 0
         for minute, piece in enumerate(slices, start=1):
             tick_start = time.monotonic()
             result.rows_written += write_slice(game_url, columns, piece)
             if minute > game_minutes // windows and rng.random() < late_share:
                 result.late_rows += correct_a_late_row(game_url, rng)
-            if minute == next_kill:
+            if minute == next_kill and builder.counts()[1] == completed and deferred < kill_every[1]:
+                next_kill, deferred = next_kill + 1, deferred + 1  # on a slow machine: let this start finish one build first
+            elif minute == next_kill:
                 time.sleep(rng.uniform(0, tick_seconds))  # a random moment of whatever the builder is doing
                 result.kills += builder.kill()
+                completed, deferred = builder.counts()[1], 0
                 builder.start()
                 next_kill = minute + rng.randint(*kill_every)
             time.sleep(max(0.0, tick_start + tick_seconds - time.monotonic()))

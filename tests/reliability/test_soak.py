@@ -16,7 +16,7 @@ pytestmark = pytest.mark.postgres
 
 def test_build_every_killed_at_random_moments_ends_equal_to_a_fresh_build(pg_url: str, tmp_path: Path) -> None:
     # pg_url: skipped (or failed in CI) like every PostgreSQL test when the server is down
-    result = soak(ADMIN_URL, tmp_path, game_minutes=24, windows=4, agents=5, tick_seconds=2.0, every_minutes=0.05,
+    result = soak(ADMIN_URL, tmp_path, game_minutes=36, windows=4, agents=5, tick_seconds=2.0, every_minutes=0.05,
                   kill_every=(4, 7), late_share=0.3, seed=2, log=lambda line: None)
     assert result.kills >= 3 and result.late_rows >= 1, result
     assert result.builds_completed >= 1, result  # builds ran between the kills, not only the final one
