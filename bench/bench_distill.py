@@ -13,6 +13,10 @@ trade decisions are drawn): does a student that learns which trade, never whethe
 `--right-only` keeps only those of their train trades that were right in direction: are the
 teachers' labels too noisy (their trades are right ~65 % of the time), where 320 clean labels once taught?
 
+`--fresh-only` keeps only the teachers' train trades of the stock the latest telling headline of the last 30 minutes
+names (labels that follow from the prompt, as the news rule's do, but the teachers' own); `--fresh-holds` adds their
+holds where no such headline is fresh; `--any-headline` counts any headline as fresh news (no simulator template read).
+
 `--age` is an experiment on the prompt: each headline's clock time replaced by its age (`4 min ago ACME: ...`), so
 that the news persona's rule (buy within 12 minutes of a bullish headline) needs no clock arithmetic.
 
@@ -46,6 +50,12 @@ def arguments() -> argparse.Namespace:
                         help="a logged hold's weight in the loss (train --hold-weight); at 0 only the teachers' trades are drawn")
     parser.add_argument("--right-only", action="store_true",
                         help="only the teachers' train trades that were right in direction (no holds)")
+    parser.add_argument("--fresh-only", action="store_true",
+                        help="only the teachers' train trades of the stock of a fresh telling headline (no holds)")
+    parser.add_argument("--fresh-holds", action="store_true",
+                        help="with --fresh-only, also the teachers' holds on decisions with no fresh telling headline")
+    parser.add_argument("--any-headline", action="store_true",
+                        help="with --fresh-only, any headline of the last 30 minutes counts, telling or not (no template read)")
     parser.add_argument("--minutes", type=float, default=35.0, help="wall time for training and its checkpoints")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch", type=int, default=32)
@@ -73,6 +83,20 @@ def headline_ages() -> None:
         return news.sub(lambda m: f"{(minute - int(m.group(1)) * 60 - int(m.group(2))) % 1440} min ago {m.group(3)}: ", text)
 
     prompts.compact = compact
+
+
+def latest_headline(prompt) -> tuple[str] | None:
+    """(ticker,) of the latest headline of the last 30 minutes, whatever it says: freshness without the simulator's
+    templates (`--any-headline`)."""
+    from babylon_rl.evaluate.rules import CLOCK, FRESH_MINUTES, NEWS_LINE
+
+    text = prompt.messages[-1]["content"]
+    clock, news = CLOCK.search(text), NEWS_LINE.findall(text)
+    if not clock or not news:
+        return None
+    hours, minutes, ticker, _ = news[-1]
+    age = (int(clock.group(1)) * 60 + int(clock.group(2)) - int(hours) * 60 - int(minutes)) % 1440
+    return (ticker,) if age <= FRESH_MINUTES else None
 
 
 def world(home: Path):
@@ -124,6 +148,7 @@ def main() -> None:
         headline_ages()
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.actions import parse_action
+    from babylon_rl.evaluate.rules import latest_fresh_headline
     from babylon_rl.quickstart import NAME
     from babylon_rl.train.cached import MenuOptions, MenuTrainer
     from babylon_rl.train.decisions import load_decision_data
@@ -133,10 +158,23 @@ def main() -> None:
     teachers = choose(Dataset.open(ctx.home, NAME))
     data = load_decision_data(ctx.home, NAME).taught_by(teachers)
     rng = np.random.default_rng(0)
-    trades_only = args.right_only or not args.hold_weight
+    trades_only = args.right_only or (args.fresh_only and not args.fresh_holds) or not args.hold_weight
     pool = [t for t in data.train if getattr(parse_action(t.logged_answer), "kind", None) in ("buy", "sell")] if trades_only else data.train
     if args.right_only:  # hindsight on train windows only: the trades whose stock then moved their way
         pool = [t for t in pool if t.price(t.logged_answer)[1].correct]
+    if args.fresh_only:  # labels that follow from the prompt: trades of the stock the latest fresh headline names,
+        # and (--fresh-holds) holds where no headline is fresh
+        freshest = latest_headline if args.any_headline else latest_fresh_headline
+
+        def follows(task) -> bool:
+            action, news = parse_action(task.logged_answer), freshest(task.request)
+            if action is None:
+                return False
+            if action.kind == "hold":
+                return args.fresh_holds and news is None
+            return action.kind in ("buy", "sell") and news is not None and news[0] == action.ticker
+
+        pool = [t for t in pool if follows(t)]
     train = [pool[i] for i in rng.permutation(len(pool))[: args.train]]
     by_window: dict[str, list] = {}
     for task in data.validation:
@@ -153,7 +191,9 @@ def main() -> None:
     validation_items = trainer.items_for(validation, 0)
     teacher_items = trainer.items_for(teachers_validation, 0)
     setting = {"age": args.age, "answer_order": args.answer_order, "learning_rate": args.learning_rate, "batch": args.batch,
-               "hold_weight": args.hold_weight, "right_only": args.right_only}
+               "hold_weight": args.hold_weight, "right_only": args.right_only, "fresh_only": args.fresh_only,
+               "fresh_holds": args.fresh_holds, "any_headline": args.any_headline,
+               "pool": len(pool)}
 
     def write(row: dict) -> None:
         print(json.dumps(row), flush=True)
