@@ -85,18 +85,12 @@ def headline_ages() -> None:
     prompts.compact = compact
 
 
-def latest_headline(prompt) -> tuple[str] | None:
-    """(ticker,) of the latest headline of the last 30 minutes, whatever it says: freshness without the simulator's
-    templates (`--any-headline`)."""
-    from babylon_rl.evaluate.rules import CLOCK, FRESH_MINUTES, NEWS_LINE
+def latest_headline(prompt) -> tuple[str, str] | None:
+    """(ticker, headline) of the latest headline of the last 30 minutes, whatever it says: freshness without the
+    simulator's templates (`--any-headline`)."""
+    from babylon_rl.evaluate.rules import fresh_headlines
 
-    text = prompt.messages[-1]["content"]
-    clock, news = CLOCK.search(text), NEWS_LINE.findall(text)
-    if not clock or not news:
-        return None
-    hours, minutes, ticker, _ = news[-1]
-    age = (int(clock.group(1)) * 60 + int(clock.group(2)) - int(hours) * 60 - int(minutes)) % 1440
-    return (ticker,) if age <= FRESH_MINUTES else None
+    return next(fresh_headlines(prompt), None)
 
 
 def world(home: Path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Iterator
 
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.simulate.market import HEADLINES
@@ -30,14 +31,20 @@ def headline_sentiment(headline: str) -> str | None:
     return next((s for s, patterns in _TEMPLATES.items() if any(p.fullmatch(headline.strip()) for p in patterns)), None)
 
 
-def latest_fresh_headline(prompt: DecisionPrompt) -> tuple[str, str] | None:
-    """(ticker, BULLISH | BEARISH) of the latest telling headline of the last `FRESH_MINUTES`, or None."""
+def fresh_headlines(prompt: DecisionPrompt) -> Iterator[tuple[str, str]]:
+    """(ticker, headline) of the prompt's headlines of the last `FRESH_MINUTES`, the latest first."""
     text = prompt.messages[-1]["content"]
     clock = CLOCK.search(text)
     now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
     for hours, minutes, ticker, headline in reversed(NEWS_LINE.findall(text)):
         if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
-            return None
+            return
+        yield ticker, headline
+
+
+def latest_fresh_headline(prompt: DecisionPrompt) -> tuple[str, str] | None:
+    """(ticker, BULLISH | BEARISH) of the latest telling headline of the last `FRESH_MINUTES`, or None."""
+    for ticker, headline in fresh_headlines(prompt):
         sentiment = headline_sentiment(headline)
         if sentiment in ("BULLISH", "BEARISH"):
             return ticker, sentiment
