@@ -586,6 +586,10 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--hold-weight", type=click.FloatRange(0, 1), default=1.0, show_default=True,
               help="distill, menu-imitate: a logged hold's weight in the loss against a logged trade's 1; 0 learns from the "
                    "teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
+@click.option("--teacher-answers", type=click.Choice(["all", "news"]), default="all", show_default=True,
+              help="distill: which of the teachers' train answers it imitates: all, or news = their trades of the stock the "
+                   "latest headline of the last 30 minutes names and their holds where no headline is that fresh (the "
+                   "answers a reader of the prompt can reproduce; docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="AWR temperature: smaller trusts the judge more.")
 @click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")

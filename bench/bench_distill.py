@@ -16,6 +16,7 @@ teachers' labels too noisy (their trades are right ~65 % of the time), where 320
 `--fresh-only` keeps only the teachers' train trades of the stock the latest telling headline of the last 30 minutes
 names (labels that follow from the prompt, as the news rule's do, but the teachers' own); `--fresh-holds` adds their
 holds where no such headline is fresh; `--any-headline` counts any headline as fresh news (no simulator template read).
+`--fresh-only --fresh-holds --any-headline` keeps what `train --teacher-answers news` keeps (`teachers.follows_news`).
 
 `--age` is an experiment on the prompt: each headline's clock time replaced by its age (`4 min ago ACME: ...`), so
 that the news persona's rule (buy within 12 minutes of a bullish headline) needs no clock arithmetic.
@@ -85,14 +86,6 @@ def headline_ages() -> None:
     prompts.compact = compact
 
 
-def latest_headline(prompt) -> tuple[str, str] | None:
-    """(ticker, headline) of the latest headline of the last 30 minutes, whatever it says: freshness without the
-    simulator's templates (`--any-headline`)."""
-    from babylon_rl.evaluate.rules import fresh_headlines
-
-    return next(fresh_headlines(prompt), None)
-
-
 def world(home: Path):
     """The quickstart's world, dataset and base model, made once."""
     from babylon_rl.context import BabylonContext
@@ -142,7 +135,7 @@ def main() -> None:
         headline_ages()
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.actions import parse_action
-    from babylon_rl.evaluate.rules import latest_fresh_headline
+    from babylon_rl.evaluate.rules import fresh_headlines, latest_fresh_headline
     from babylon_rl.quickstart import NAME
     from babylon_rl.train.cached import MenuOptions, MenuTrainer
     from babylon_rl.train.decisions import load_decision_data
@@ -158,7 +151,7 @@ def main() -> None:
         pool = [t for t in pool if t.price(t.logged_answer)[1].correct]
     if args.fresh_only:  # labels that follow from the prompt: trades of the stock the latest fresh headline names,
         # and (--fresh-holds) holds where no headline is fresh
-        freshest = latest_headline if args.any_headline else latest_fresh_headline
+        freshest = (lambda prompt: next(fresh_headlines(prompt), None)) if args.any_headline else latest_fresh_headline
 
         def follows(task) -> bool:
             action, news = parse_action(task.logged_answer), freshest(task.request)

@@ -639,6 +639,14 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
         assert {"pnl_per_decision_diff", "trade_precision_diff", "precision_estimable"} <= set(diff)
     assert "its teachers" in evaluation.output and "trade precision" in evaluation.output
 
+    news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n", "--teacher-answers", "news",
+                   "--max-steps", "1", "--groups-per-step", "4", "--train-layers", "1")
+    assert news.exit_code == 0, news.output
+    news_inputs = json.loads((home / "runs" / "n" / "inputs.json").read_text())
+    assert json.loads((home / "runs" / "n" / "run.json").read_text())["teacher_answers"] == "news"
+    assert news_inputs["teacher_answers"] == "news" and 0 < news_inputs["taught_decisions"] < inputs["taught_decisions"]
+    assert news_inputs["trajectory_ids"] == inputs["trajectory_ids"]  # it read what the run on all their answers read
+
 
 def test_a_menu_run_starts_from_a_distilled_adapter_that_never_read_its_eval_windows(home, small_llama, run_cli):
     """--init-from: the improvement starts from the distilled adapter's weights, counts what its run read as read, and is
@@ -726,6 +734,12 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
 def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:
     result = run_cli("train", "--dataset", "nothing", "--objective", "menu", "--hold-weight", "0")
     assert result.exit_code == 2 and "--hold-weight weighs the logged holds of distill and menu-imitate, not menu" in result.output
+
+
+def test_teacher_answers_is_refused_for_objectives_that_do_not_distill(run_cli) -> None:
+    result = run_cli("train", "--dataset", "nothing", "--objective", "menu-imitate", "--teacher-answers", "news")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--teacher-answers chooses which of the teachers' answers distill imitates, not menu-imitate" in result.output
 
 
 @pytest.mark.parametrize("size, seed", [(3, 0), (3, 1), (10, 0), (25, 0)])

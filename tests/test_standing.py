@@ -129,3 +129,57 @@ def test_teachers_are_chosen_on_train_and_checked_on_validation_only(market, mon
     data = load_decision_data(Home.resolve(str(market)), "d").taught_by(teachers)
     assert data.train and {t.agent_id for t in data.train} <= set(teachers.chosen)
     assert set(data.read_ids) > {t.trajectory_id for t in data.train}  # the standing read every train decision
+
+    news = load_decision_data(Home.resolve(str(market)), "d").taught_by(teachers, "news")
+    assert 0 < len(news.train) < len(data.train) and news.teacher_answers == "news"
+    assert news.read_ids == data.read_ids  # the filter read every teacher decision's prompt: all count as read
+    from babylon_rl.evaluate.rules import fresh_headlines
+    from babylon_rl.evaluate.actions import parse_action
+
+    for task in news.train:
+        action, latest = parse_action(task.logged_answer), next(fresh_headlines(task.request), None)
+        assert (action.kind == "hold" and latest is None) or (action.kind in ("buy", "sell") and action.ticker == latest[0])
+
+
+def _decision(clock: str, answer: str, headline: str | None = "ACME: Acme Corp beats earnings expectations"):
+    """A decision at `clock` (12:MM) of window 12:00 whose only headline came at 12:13, answered `answer`."""
+    from babylon_rl.evaluate.prompts import decision_prompt
+    from babylon_rl.evaluate.scoring import GroundTruth, Stock, read_observation
+    from babylon_rl.train.decisions import Task
+
+    news = f"News so far this window:\n  [12:13] {headline}\n" if headline else "News so far this window: none\n"
+    observation = (f"It is {clock} UTC; window 2025-01-01T12:00 closes in 10 min.\nPrices:\n  ACME $223.79 (+0.13% since your "
+                   f"last look)\n  BOLT $51.20 (-0.40% since your last look)\n{news}Your portfolio: cash $9,507.17; positions: none; "
+                   "open bets: none; P&L so far $+0.00.")
+    truth = GroundTruth("2025-01-01T12:00", {"ACME": Stock(220.0, 230.0), "BOLT": Stock(52.0, 50.0)}, {})
+    return Task(f"t-{clock}-{answer}", "2025-01-01T12:00", decision_prompt(observation), read_observation(observation), truth,
+                answer, "a1")
+
+
+@pytest.mark.parametrize("clock, answer, follows", [
+    ("12:23", '{"action": "buy", "ticker": "ACME", "shares": 10}', True),  # the fresh headline's stock, either way
+    ("12:23", '{"action": "sell", "ticker": "ACME", "shares": 10}', True),
+    ("12:23", '{"action": "buy", "ticker": "BOLT", "shares": 10}', False),  # another stock than the news names
+    ("12:23", '{"action": "hold"}', False),  # a hold beside fresh news is not taught
+    ("12:50", '{"action": "hold"}', True),  # 37 minutes on: no fresh headline, the hold is taught
+    ("12:50", '{"action": "buy", "ticker": "ACME", "shares": 10}', False),  # a trade on stale news is not
+    ("12:23", "I am not sure", False),
+])
+def test_news_answers_follow_from_the_prompts_latest_fresh_headline(clock, answer, follows):
+    from babylon_rl.train.teachers import follows_news
+
+    assert follows_news(_decision(clock, answer)) is follows
+
+
+def test_news_answers_without_a_trade_that_follows_a_headline_are_refused_in_one_line():
+    from babylon_rl.errors import ConfigError
+    from babylon_rl.train.decisions import DecisionData
+    from babylon_rl.train.teachers import Teachers
+
+    tasks = [_decision("12:50", '{"action": "hold"}'), _decision("12:23", '{"action": "buy", "ticker": "BOLT", "shares": 5}')]
+    data = DecisionData("d", None, {}, tasks, [])
+    teachers = Teachers("d", None, None, ["a1"], {})
+    assert len(data.taught_by(teachers).train) == 2
+    with pytest.raises(ConfigError, match="--teacher-answers all") as refused:
+        data.taught_by(teachers, "news")
+    assert "\n" not in str(refused.value)

@@ -78,6 +78,7 @@ class DecisionData:
     train: list[Task]
     validation: list[Task]
     teachers: "Teachers | None" = None  # distillation: who the train decisions were kept for
+    teacher_answers: str = "all"  # distillation: which of their answers were kept (`teachers.TEACHER_ANSWERS`)
     read_trajectory_ids: frozenset[str] = frozenset()  # ids read besides the kept decisions' (the standing's windows)
 
     @property
@@ -85,13 +86,22 @@ class DecisionData:
         """Every trajectory id this run read (recorded in the run directory: none may be an eval id)."""
         return sorted({t.trajectory_id for t in self.train} | {t.trajectory_id for t in self.validation} | self.read_trajectory_ids)
 
-    def taught_by(self, teachers: "Teachers") -> "DecisionData":
-        """Only the train decisions of `teachers` (chosen on train windows, checked on validation: `teachers.choose`)."""
+    def taught_by(self, teachers: "Teachers", answers: str = "all") -> "DecisionData":
+        """Only the train decisions of `teachers` (chosen on train windows, checked on validation: `teachers.choose`); with
+        `answers="news"` only those whose answer follows from the prompt's news (`teachers.follows_news`)."""
+        from babylon_rl.train.teachers import TEACHER_ANSWERS, follows_news
+
         kept = [t for t in self.train if t.agent_id in teachers.chosen]
         if not any(t.request.resolve(parse_action(t.logged_answer)) is not None for t in kept):
             raise ConfigError(f"none of the {len(kept)} train decisions of the teachers ({', '.join(teachers.chosen)}) of dataset "
                               f"{self.name!r} has an answer that parses as a game action: nothing to distill")
-        return replace(self, train=kept, teachers=teachers,
+        if answers == "news":
+            kept = [t for t in kept if follows_news(t)]
+            if not any(parse_action(t.logged_answer).kind != "hold" for t in kept):
+                raise ConfigError(f"none of the teachers' train trades of dataset {self.name!r} is of the stock the latest "
+                                  "fresh headline of its prompt names (--teacher-answers news keeps "
+                                  f"{TEACHER_ANSWERS['news']}): use --teacher-answers all")
+        return replace(self, train=kept, teachers=teachers, teacher_answers=answers,
                        read_trajectory_ids=frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids)
 
 

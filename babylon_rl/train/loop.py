@@ -59,6 +59,7 @@ class TrainConfig(BaseModel):
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
     hold_weight: float = Field(1.0, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
+    teacher_answers: Literal["all", "news"] = "all"  # distill: which of the teachers' answers it imitates (train/teachers.py)
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
     shares: int = Field(50, ge=1)  # menu: the size of each menu trade
     variants: int = Field(1, ge=0)  # menu: renamed copies of each train decision (0: the real names)
@@ -81,6 +82,8 @@ class TrainConfig(BaseModel):
             self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
         if self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate"):
             raise ValueError(f"--hold-weight weighs the logged holds of distill and menu-imitate, not {self.objective}")
+        if self.teacher_answers != "all" and self.objective != "distill":
+            raise ValueError(f"--teacher-answers chooses which of the teachers' answers distill imitates, not {self.objective}")
         if self.population and self.objective not in MENU_OBJECTIVES:
             raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
         return self
@@ -336,7 +339,7 @@ def _load_data(home: Home, config: TrainConfig):
             from babylon_rl.dataset.dataset import Dataset
             from babylon_rl.train.teachers import choose
 
-            data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed))
+            data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
         return data
     return load_scored_dataset(home, config.dataset)
 
@@ -383,7 +386,7 @@ def warm_start(home: Home, config: TrainConfig, base_model: str) -> tuple[Path, 
 def _record_inputs(run: RunDir, data) -> None:
     """inputs.json: every trajectory id training and selection read (the tests check none is an eval id)."""
     teachers = getattr(data, "teachers", None)
-    extra = {"teachers": teachers.to_dict()} if teachers else {}
+    extra = {"teachers": teachers.to_dict(), "teacher_answers": data.teacher_answers, "taught_decisions": len(data.train)} if teachers else {}
     run.inputs.write_text(json.dumps({"dataset": data.name, "trajectory_ids": data.read_ids, **extra}, indent=1))
 
 

@@ -15,8 +15,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from babylon_rl import standing
 from babylon_rl.errors import DatasetError
+from babylon_rl.evaluate.actions import parse_action
+from babylon_rl.evaluate.rules import FRESH_MINUTES, fresh_headlines
+
+if TYPE_CHECKING:
+    from babylon_rl.train.decisions import Task
+
+# which of the teachers' train answers distillation imitates (`train --teacher-answers`)
+TEACHER_ANSWERS = {
+    "all": "every answer of theirs",
+    "news": f"their trades of the stock the latest headline of the last {FRESH_MINUTES} minutes names, and their holds "
+            "where no headline is that fresh",
+}
 
 
 class NoTeachers(DatasetError):
@@ -73,3 +87,19 @@ def choose(dataset, seed: int = 0) -> Teachers:
                          f"nothing to distill, and nothing is claimed (see `cli.py agents --dataset {dataset.name}`; "
                          "`train --objective menu` needs no teacher)")
     return Teachers(dataset.name, train, validation, chosen, dropped)
+
+
+def follows_news(task: "Task") -> bool:
+    """A logged answer that follows from the prompt's news (`--teacher-answers news`): a trade of the stock the latest
+    headline of the last `FRESH_MINUTES` names, or a hold when no headline is that fresh.
+
+    What the headline says is left to the student: no template or sentiment is read, so the filter works on any game's
+    headlines. On the quickstart's world it keeps the teachers' answers a reader of the prompt can reproduce (their
+    trades of that stock are right in direction 0.72 of the time, their others 0.41: docs/BENCHMARKS.md)."""
+    action = parse_action(task.logged_answer)
+    if action is None:
+        return False
+    latest = next(fresh_headlines(task.request), None)
+    if action.kind == "hold":
+        return latest is None
+    return action.kind in ("buy", "sell") and latest is not None and latest[0] == action.ticker
