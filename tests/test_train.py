@@ -111,6 +111,19 @@ def test_keep_best_archives_checkpoints_with_their_metrics(template, home, run_c
     assert all(r[4] is None for r in rows)
 
 
+def test_keep_best_chooses_among_every_evaluated_step(template, home, run_cli, migrated_pg_url):
+    """--eval-every 2 --keep-best with the default --checkpoint-every (50): steps 2 and 4 are both checkpoints it could
+    keep, not only the last."""
+    h = install(template, home)
+    _insert_game_rows(migrated_pg_url, h)
+    result = run_cli("--database-url", migrated_pg_url, "train", *TRAIN_ARGS, "--max-steps", "4", "--run-name", "ev",
+                     "--eval-every", "2", "--keep-best")
+    assert result.exit_code == 0, result.output
+    rows = _query(migrated_pg_url, 'SELECT "modelId", "evalMetrics" FROM trained_models ORDER BY "modelId"')
+    assert [r[0] for r in rows] == ["ev:step-2", "ev:step-4"] and all("score" in r[1] for r in rows)
+    assert json.loads((h.runs / "ev" / "best.json").read_text())["step"] in (2, 4)
+
+
 @pytest.mark.parametrize("objective", ["grpo", "awr"])
 def test_high_scored_answers_gain_log_probability(template, home, objective):
     h = install(template, home)

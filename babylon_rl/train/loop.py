@@ -431,8 +431,9 @@ class _Loop:
         if self.config.population:
             self.after_population_step(step, total)
             return
-        checkpoint_due = step % self.config.checkpoint_every == 0 or step == total
         eval_due = bool(self.config.eval_every and step % self.config.eval_every == 0)
+        # --keep-best chooses among checkpoints: every evaluated step is one, or it could only choose at --checkpoint-every
+        checkpoint_due = step % self.config.checkpoint_every == 0 or step == total or (eval_due and self.config.keep_best)
         if eval_due or (checkpoint_due and (self.config.keep_best or self.config.eval_every)):
             self.last_eval = self.trainer.evaluate(self.validation)
             self.tracker.log_eval(step, self.last_eval)
