@@ -14,7 +14,6 @@ name, persona or anything the simulator knows: agent ids and outcomes only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from babylon_rl import standing
@@ -94,8 +93,8 @@ def follows_news(task: "Task") -> bool:
     headline of the last `FRESH_MINUTES` names, or a hold when no headline is that fresh.
 
     What the headline says is left to the student: no template or sentiment is read, so the filter works on any game's
-    headlines. On the quickstart's world it keeps the teachers' answers a reader of the prompt can reproduce (their
-    trades of that stock are right in direction 0.72 of the time, their others 0.41: docs/BENCHMARKS.md)."""
+    headlines. On the quickstart's world the teachers' trades it keeps are right in direction 0.71 of the time, those it
+    drops 0.47 (docs/TRAINING.md#distilling-the-best-agents)."""
     action = parse_action(task.logged_answer)
     if action is None:
         return False
