@@ -1,11 +1,11 @@
 """What a student reads in the news: on validation decisions (never eval), when it trades, which stock, which way.
 
-For the base model and a checkpoint of the same base, answering from the menu (`--shares`) as `eval --menu-shares` does,
+For the base model and checkpoints of the same base, answering from the menu (`--shares`) as `eval --menu-shares` does,
 on `--decisions` validation decisions drawn with seed 0, split by whether a headline of the last 30 minutes is in the
 prompt (`rules.fresh_headlines`):
 - fresh: how often it trades, how often the stock it trades is the one the latest fresh headline names, and where that
   headline is a telling one (the simulator's bullish or bearish templates, read here only to score), how often it
-  trades that stock the headline's way;
+  trades that stock the headline's way, and its buys and sells of it by what the headline says (`bullish_buy`, ...);
 - none fresh: how often it holds.
 One JSON line per policy on stdout.
 
@@ -29,7 +29,7 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--dataset", default="quickstart")
-    parser.add_argument("--checkpoint", type=Path, required=True, help="a LoRA checkpoint of a menu objective's run")
+    parser.add_argument("--checkpoint", type=Path, nargs="+", required=True, help="LoRA checkpoints of menu objectives' runs")
     parser.add_argument("--decisions", type=int, default=240)
     parser.add_argument("--shares", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
@@ -56,6 +56,7 @@ def reading(tasks, items, chosen) -> dict:
             if telling and telling[0] == action.ticker:
                 count["telling_headline_stock"] += 1
                 count["headline_way"] += action.kind == ("buy" if telling[1] == "BULLISH" else "sell")
+                count[f"{telling[1].lower()}_{action.kind}"] += 1  # e.g. bearish_buy: which way, by what the headline says
     return dict(sorted(count.items()))
 
 
@@ -72,7 +73,7 @@ def main() -> None:
     validation = load_decision_data(home, args.dataset).validation
     drawn = np.random.default_rng(0).permutation(len(validation))[: args.decisions]
     tasks = [validation[i] for i in sorted(drawn)]
-    for name, adapter in (("base", None), (str(args.checkpoint), args.checkpoint)):
+    for name, adapter in (("base", None), *((str(path), path) for path in args.checkpoint)):
         trainer = MenuTrainer(str(home.models / "smollm2-135m"), MenuOptions(objective="imitate", variants=1, shares=args.shares),
                               init_adapter=adapter)
         items = trainer.items_for(tasks, 0)
