@@ -97,13 +97,18 @@ def test_train_torch_writes_artefacts_and_game_rows(template, home, run_cli, mig
     assert _query(migrated_pg_url, "SELECT count(*) FROM trained_models")[0][0] == 1
 
 
+def _train_keep_best(template, home, run_cli, url: str, run_name: str, *options: str) -> Home:
+    """Four steps with --keep-best and `options`, written back to `url`'s trained_models."""
+    h = install(template, home)
+    _insert_game_rows(url, h)
+    result = run_cli("--database-url", url, "train", *TRAIN_ARGS, "--max-steps", "4", "--run-name", run_name, *options, "--keep-best")
+    assert result.exit_code == 0, result.output
+    return h
+
+
 def test_keep_best_archives_checkpoints_with_their_metrics(template, home, run_cli, migrated_pg_url):
     """Archived checkpoint rows keep avgReward and evalMetrics; benchmarkScore is left to `cli.py eval` (held-out accuracy)."""
-    h = install(template, home)
-    _insert_game_rows(migrated_pg_url, h)
-    result = run_cli("--database-url", migrated_pg_url, "train", *TRAIN_ARGS, "--max-steps", "4", "--run-name", "kb",
-                     "--checkpoint-every", "1", "--keep-best")
-    assert result.exit_code == 0, result.output
+    _train_keep_best(template, home, run_cli, migrated_pg_url, "kb", "--checkpoint-every", "1")
     rows = _query(migrated_pg_url, 'SELECT "modelId", status, "avgReward", "evalMetrics", "benchmarkScore" FROM trained_models')
     archived = [r for r in rows if r[1] == "archived"]
     assert archived and len(rows) == 4
@@ -114,11 +119,7 @@ def test_keep_best_archives_checkpoints_with_their_metrics(template, home, run_c
 def test_keep_best_chooses_among_every_evaluated_step(template, home, run_cli, migrated_pg_url):
     """--eval-every 2 --keep-best with the default --checkpoint-every (50): steps 2 and 4 are both checkpoints it could
     keep, not only the last."""
-    h = install(template, home)
-    _insert_game_rows(migrated_pg_url, h)
-    result = run_cli("--database-url", migrated_pg_url, "train", *TRAIN_ARGS, "--max-steps", "4", "--run-name", "ev",
-                     "--eval-every", "2", "--keep-best")
-    assert result.exit_code == 0, result.output
+    h = _train_keep_best(template, home, run_cli, migrated_pg_url, "ev", "--eval-every", "2")
     rows = _query(migrated_pg_url, 'SELECT "modelId", "evalMetrics" FROM trained_models ORDER BY "modelId"')
     assert [r[0] for r in rows] == ["ev:step-2", "ev:step-4"] and all("score" in r[1] for r in rows)
     assert json.loads((h.runs / "ev" / "best.json").read_text())["step"] in (2, 4)
