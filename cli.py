@@ -532,7 +532,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--eval-every", type=click.IntRange(min=1), help="Evaluate on the validation split every N steps (never eval.parquet).")
 @click.option("--keep-best", is_flag=True, help="Keep only the checkpoint best on the validation split (and the latest, for --resume); "
               "with --eval-every every evaluated step is a checkpoint it can choose.")
-@click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings.")
+@click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings; --max-steps or --epochs makes it longer.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--kl-coef", type=click.FloatRange(min=0), default=0.0, show_default=True, help="KL penalty to the base model.")
 @click.option("--clip-eps", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True)

@@ -206,6 +206,10 @@ def test_interrupt_then_resume_ends_like_an_uninterrupted_run(template, home, ru
     again = run_cli("train", "--dataset", "ds", "--run-name", "r2", "--resume")
     assert again.exit_code == 0, again.output
     assert "nothing to train: r2 had already done all 5 steps" in " ".join(again.output.split())
+    longer = run_cli("train", "--dataset", "ds", "--run-name", "r2", "--resume", "--max-steps", "6")  # a new length extends it
+    assert longer.exit_code == 0, longer.output
+    assert "resuming r2 from step 5 of 6" in longer.output and _metric_steps(run_dir) == [1, 2, 3, 4, 5, 6]
+    assert json.loads((run_dir / "run.json").read_text())["max_steps"] == 6  # a later --resume keeps the new length
 
 
 def test_keep_best_merge_and_corrupted_checkpoint(template, home, run_cli):

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, Field, model_validator
 from rich.console import Console
 
+from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 from babylon_rl.train.data import Group, Schedule, load_scored_dataset
@@ -172,7 +173,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
 
 
 def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
-    """The run directory and config; on --resume the run's own saved config (seed, batch size, steps)."""
+    """The run directory and config; on --resume the run's own saved config (seed, batch size), and its steps unless
+    --max-steps or --epochs names a new length."""
     run = RunDir.for_run(home, config.name)
     if config.resume:
         if not run.config.exists():
@@ -184,7 +186,9 @@ def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
         if config.population is not None and config.population != saved.population:
             raise ConfigError(f"run {config.name!r} is a population of {saved.population or 1}, not {config.population}: resume "
                               f"it without --population, or start a new --run-name")
-        return run, saved.model_copy(update={"resume": True})
+        # a run is made longer by naming its new length: --max-steps or --epochs on the command line win over the saved ones
+        length = {"max_steps": config.max_steps, "epochs": config.epochs} if config.max_steps or config.epochs else {}
+        return run, saved.model_copy(update={"resume": True, **length})
     if run.checkpoint_steps():
         raise ConfigError(f"run {config.name!r} already has checkpoints in {run.checkpoints}: pass --resume to continue it, or a new --run-name")
     return run, config
@@ -192,8 +196,8 @@ def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
 
 def create_run(run: RunDir, config: TrainConfig) -> None:
     run.root.mkdir(parents=True, exist_ok=True)
-    if not config.resume:
-        run.config.write_text(config.model_dump_json(indent=2))
+    # on --resume: the saved config again, with any new length
+    atomic.write_text(run.config, config.model_copy(update={"resume": False}).model_dump_json(indent=2))
 
 
 def resolve_model(home: Home, config: TrainConfig, console: Console) -> str:

@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 # which of the teachers' train answers distillation imitates (`train --teacher-answers`)
 TEACHER_ANSWERS = {
     "all": "every answer of theirs",
-    "news": f"their trades of the stock the latest headline of the last {FRESH_MINUTES} minutes names, and their holds "
-            "where no headline is that fresh",
+    "news": f"their trades of the stock the latest headline of the last {FRESH_MINUTES} minutes names, and all their holds",
 }
 
 
@@ -90,15 +89,15 @@ def choose(dataset, seed: int = 0) -> Teachers:
 
 def follows_news(task: "Task") -> bool:
     """A logged answer that follows from the prompt's news (`--teacher-answers news`): a trade of the stock the latest
-    headline of the last `FRESH_MINUTES` names, or a hold when no headline is that fresh.
+    headline of the last `FRESH_MINUTES` names, or a hold.
 
     What the headline says is left to the student: no template or sentiment is read, so the filter works on any game's
-    headlines. On the quickstart's world the teachers' trades it keeps are right in direction 0.71 of the time, those it
-    drops 0.47 (docs/TRAINING.md#distilling-the-best-agents)."""
+    headlines. The holds beside fresh news are kept because only they tell a bearish headline from a bullish one: on the
+    quickstart's world, after a fresh bullish headline the teachers buy its stock 426 times and hold 131, after a bearish
+    one they hold 299 times and trade its stock 27 (docs/TRAINING.md#distilling-the-best-agents). The trades it keeps
+    are right in direction 0.71 of the time, those it drops 0.47."""
     action = parse_action(task.logged_answer)
     if action is None:
         return False
     latest = next(fresh_headlines(task.request), None)
-    if action.kind == "hold":
-        return latest is None
-    return action.kind in ("buy", "sell") and latest is not None and latest[0] == action.ticker
+    return action.kind == "hold" or (action.kind in ("buy", "sell") and latest is not None and latest[0] == action.ticker)
