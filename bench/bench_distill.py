@@ -16,7 +16,8 @@ teachers' labels too noisy (their trades are right ~65 % of the time), where 320
 `--fresh-only` keeps only the teachers' train trades of the stock the latest telling headline of the last 30 minutes
 names (labels that follow from the prompt, as the news rule's do, but the teachers' own); `--fresh-holds` adds their
 holds where no such headline is fresh; `--any-headline` counts any headline as fresh news (no simulator template read).
-`--fresh-only --fresh-holds --any-headline` keeps what `train --teacher-answers news` keeps (`teachers.follows_news`).
+`--fresh-only --fresh-holds --any-headline` keeps what the first version of `train --teacher-answers news` kept (it now
+keeps every hold: `teachers.follows_news`).
 
 `--age` is an experiment on the prompt: each headline's clock time replaced by its age (`4 min ago ACME: ...`), so
 that the news persona's rule (buy within 12 minutes of a bullish headline) needs no clock arithmetic.
