@@ -4,17 +4,18 @@ last prompt token, block by block? 400 train decisions (never eval), 5-fold, L2-
     python bench/probe_headline_sentiment.py
 """
 import sys
-import numpy as np, torch
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_headline_margins import HOME as home, telling_decisions  # noqa: E402
+from babylon_rl.evaluate.rules import latest_fresh_headline  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
 torch.set_num_threads(1)
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from babylon_rl.settings import Home
-from babylon_rl.train.decisions import load_decision_data
-from babylon_rl.evaluate.rules import latest_fresh_headline, fresh_headlines
-home = Home.resolve("/tmp/brl-news")
-tr = load_decision_data(home, "quickstart").train
-tasks = [t for t in tr if latest_fresh_headline(t.request) and next(fresh_headlines(t.request))[0] == latest_fresh_headline(t.request)[0]]
-tasks = [tasks[i] for i in sorted(np.random.default_rng(0).permutation(len(tasks))[:400])]
+tasks = telling_decisions("train", 400)
 y = np.array([latest_fresh_headline(t.request)[1] == "BULLISH" for t in tasks])
 path = str(home.models / "smollm2-135m")
 tok = AutoTokenizer.from_pretrained(path); model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
