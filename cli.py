@@ -551,7 +551,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"]),
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-imitate", "distill"]),
               help="Default: distill on the torch back-end (a step costs seconds), grpo on art/serverless and with "
                    "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
@@ -559,6 +559,8 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
                    "the policy fitted to softmax(reward / --reward-temperature) over them; menu = the same target with "
                    "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md); "
+                   "menu-pg = the same menu, the policy moved up its expected reward over it (it trades only where a trade "
+                   "pays on average: the one to improve on a distilled run with --init-from); "
                    "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline; "
                    "distill = the same, fitted only to the answers of the agents that stand above their peers on the train "
                    "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents).")
@@ -567,7 +569,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
 @click.option("--init-from", metavar="MODEL",
               help="Menu objectives: start the LoRA from this adapter (a run name: its latest checkpoint; or a checkpoint "
-                   "directory), e.g. improve on a distilled run with --objective menu. Its run must not have read this "
+                   "directory), e.g. improve on a distilled run with --objective menu-pg. Its run must not have read this "
                    "dataset's eval windows.")
 @click.option("--population", type=click.IntRange(min=1),
               help="Menu objectives: train N settings side by side over one set of frozen states; every --evolve-every "
@@ -619,7 +621,7 @@ def train(obj: BabylonContext, **options) -> None:
       python cli.py train --dataset demo --objective counterfactual --groups-per-step 16 --learning-rate 1e-3 --max-steps 20
       python cli.py train --dataset demo --objective menu --groups-per-step 32 --epochs 3 --eval-every 20 --keep-best
       python cli.py train --dataset demo --groups-per-step 32 --max-steps 12 --learning-rate 1e-3
-      python cli.py train --dataset demo --objective menu --init-from demo-torch --run-name demo-improved
+      python cli.py train --dataset demo --objective menu-pg --init-from demo-torch --run-name demo-improved
       python cli.py train --dataset demo --population 4 --evolve-every 5 --groups-per-step 32 --epochs 2
       python cli.py model init-tiny --dataset demo
       python cli.py train --dataset demo --objective grpo --base-model tiny --learning-rate 1e-3 --max-steps 20

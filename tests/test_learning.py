@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from types import SimpleNamespace
 from datetime import datetime
 from pathlib import Path
@@ -88,7 +89,7 @@ def test_own_answers_are_priced_by_the_window_ground_truth():
     bet, outcome = task.price('{"action": "bet", "market": "M1", "side": "YES", "amount": 40}')  # the prompt's short name
     assert outcome.valid and outcome.correct and outcome.pnl == pytest.approx(60.0)  # 40 * (1 - 0.4) / 0.4, by the resolution
     hold, outcome = task.price('{"action": "hold"}')
-    assert outcome.pnl == 0.0 and hold == -DIRECTION_BONUS  # something moved: holding was the wrong direction
+    assert not outcome.correct and outcome.pnl == 0.0 and hold == 0.0  # something moved, yet a hold risks nothing: reward 0
     assert task.price("I would buy something")[0] == INVALID_REWARD
     assert task.price('{"action": "buy", "ticker": "NOPE", "shares": 1}')[0] == INVALID_REWARD
     assert INVALID_REWARD < min(buy, sell, bet, hold)
@@ -546,6 +547,38 @@ def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stop
     assert all(torch.allclose(a, b) for a, b in zip(resumed.params, trainer.params))
 
 
+def test_the_expected_reward_objective_holds_where_no_trade_pays_on_average(small_llama):
+    """One prompt in 16 windows: ACME and BOLT each move +2 %, -2 %, +0.3 % or -0.3 % (under the 0.5 % threshold both ways
+    of trading are wrong), so every trade loses 0.25 a decision on average and holding (0) pays best. The expected-reward
+    objective learns to hold; the softmax target, whose mass goes to whichever trade paid in hindsight, learns to trade."""
+    import torch
+
+    from babylon_rl.train.cached import HOLD_INDEX, MenuOptions, MenuTrainer
+
+    template = _menu_task("ACME: Acme Corp names a new chief financial officer")
+    moves = (0.02, -0.02, 0.003, -0.003)
+    tasks = [replace(template, truth=GroundTruth(template.window_id, {"ACME": Stock(220.0, 223.79 * (1 + acme)),
+                                                                     "BOLT": Stock(52.0, 51.20 * (1 + bolt)),
+                                                                     "CRUX": Stock(12.0, 12.05)}, {}))
+             for acme in moves for bolt in moves]
+
+    def hold_logprob(objective: str, steps: int) -> float:
+        trainer = MenuTrainer(str(small_llama), MenuOptions(objective=objective, train_layers=1, learning_rate=1e-2,
+                                                            variants=0, seed=1, ema=0.0))
+        items = trainer.items_for(tasks, 0)
+        trades = [i for i in range(len(items[0].answers)) if i != HOLD_INDEX]
+        mean_trade_rewards = np.mean([item.rewards[trades] for item in items], axis=0)
+        assert mean_trade_rewards.max() == pytest.approx(-0.25, abs=0.01)  # ACME's and BOLT's; flat CRUX's -0.5
+        for _ in range(steps):
+            trainer.train_step(tasks)
+        with torch.no_grad():
+            return trainer._logprobs(items[:1])[0][0, HOLD_INDEX].item()  # one prompt: the same in every window
+
+    before = hold_logprob("expected", 0)
+    assert hold_logprob("expected", 10) > before + 0.3
+    assert hold_logprob("counterfactual", 10) < before - 0.15
+
+
 def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_frozen_states_once(small_llama):
     """The quickstart trains its imitation baseline, then the menu objective, on the same decisions and seed: the second
     trainer takes the first's frozen states (the same tensors), and a trainer on other blocks computes its own. The
@@ -662,7 +695,7 @@ def test_a_menu_run_starts_from_a_distilled_adapter_that_never_read_its_eval_win
     common = ("--dataset", "d", "--base-model", str(small_llama), "--train-layers", "1", "--groups-per-step", "4")
     assert run_cli("train", *common, "--objective", "distill", "--run-name", "taught", "--max-steps", "2",
                    "--learning-rate", "1e-2").exit_code == 0
-    result = run_cli("train", *common, "--objective", "menu", "--init-from", "taught", "--run-name", "improved", "--max-steps", "1",
+    result = run_cli("train", *common, "--objective", "menu-pg", "--init-from", "taught", "--run-name", "improved", "--max-steps", "1",
                      "--learning-rate", "1e-12")
     assert result.exit_code == 0, result.output
     assert "starting from the adapter" in result.output

@@ -3,7 +3,11 @@
 Each decision's menu (hold; buy or sell `shares` of each of the window's stocks) is priced
 against the window's ground truth with the evaluation's rules (`decisions.Task.price`). The policy,
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
-"counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline).
+"counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or
+moved up its own expected reward over the menu (`objective="expected"`: the exact policy gradient,
+GRPO with every answer sampled). The softmax target puts its mass on the answer that paid most in
+hindsight, and some trade nearly always did, so it learns to trade everywhere; the expected reward
+trades only where a trade pays on average, which is what P&L and trade precision reward.
 
 Why renamed tickers: the stocks are exchangeable, but a window's moves are shared by all of its
 decisions, so a batch rewards whichever stock happened to win its windows (`sell ACME`), and a
@@ -47,7 +51,7 @@ SHARED_STATES_BYTES = 512 << 20  # the most frozen states `SharedStates` keeps f
 
 @dataclass(frozen=True)
 class MenuOptions:
-    objective: str = "counterfactual"  # counterfactual | imitate
+    objective: str = "counterfactual"  # counterfactual | imitate | expected
     # a mix of both: imitation_weight x imitate + (1 - imitation_weight) x counterfactual (a population's distill knob)
     imitation_weight: float | None = None
     # the weight of a logged hold in the imitation loss against a logged trade's 1: the teachers hold on ~57 % of their
@@ -438,11 +442,15 @@ class MenuTrainer(Checkpoints):
 
     def _loss(self, items: list[MenuItem]):
         """The mean loss of these items (cross-entropy to softmax(reward / T) over the menu, to the logged answer, or
-        `imitation_weight` of the second plus the rest of the first), and their menu log-probabilities."""
+        `imitation_weight` of the second plus the rest of the first; or minus the expected menu reward), and their menu
+        log-probabilities."""
         import torch
 
         o = self.options
         logp, present = self._logprobs(items)
+        if o.objective == "expected":
+            rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
+            return -(logp.masked_fill(~present, 0.0).exp() * present * rewards).sum(1).mean(), logp
         weight = o.imitation_weight if o.imitation_weight is not None else float(o.objective == "imitate")
         loss = torch.zeros((), device=logp.device)
         if weight > 0:

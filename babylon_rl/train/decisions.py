@@ -5,8 +5,8 @@ teachers) reads: the compact observation prompt the policy answers (`evaluate/pr
 agent saw, the window's ground truth that prices any answer with the evaluation's own rules
 (`evaluate/scoring.py`), who answered it in the logs and what it answered. `load_decision_data`
 reads the train and validation splits of a dataset, never the eval one. `reward_of` is the reward
-every objective shares: the P&L (in `PNL_SCALE` dollars, clipped) plus ±`DIRECTION_BONUS` for the
-direction; an unparseable answer `INVALID_REWARD`.
+every objective shares: a trade's P&L (in `PNL_SCALE` dollars, clipped) plus ±`DIRECTION_BONUS` for its
+direction; a hold 0; an unparseable answer `INVALID_REWARD`.
 """
 
 from __future__ import annotations
@@ -129,6 +129,10 @@ def read_split_decisions(dataset: "Dataset", split: str) -> list[Task]:
 def reward_of(outcome: Outcome) -> float:
     if not outcome.valid:
         return INVALID_REWARD
+    if outcome.kind == "hold":
+        # No direction term: a hold is "right" only when no stock moves 0.5 %, which almost never happens, so a -0.5
+        # there pushed every selection and improvement toward trading where the claim (P&L, trade precision) does not.
+        return 0.0
     pnl = float(np.clip(outcome.pnl / PNL_SCALE, -PNL_CLIP, PNL_CLIP))
     return pnl + (DIRECTION_BONUS if outcome.correct else -DIRECTION_BONUS)
 

@@ -4,8 +4,9 @@ For each decision of a training window (its compact observation prompt, `evaluat
 the policy samples k answers. Each answer is parsed into an action and priced against what the
 market did afterwards, with the evaluation's own rules (`evaluate/scoring.py`): a stock trade
 marked to the window's end price, a bet by the market's resolution, hold 0, an unparseable
-answer `INVALID_REWARD`. The reward adds the P&L (in `PNL_SCALE` dollars, clipped) and
-±`DIRECTION_BONUS` for the direction being right, the two things the evaluation reports.
+answer `INVALID_REWARD`. A trade's reward adds the P&L (in `PNL_SCALE` dollars, clipped) and
+±`DIRECTION_BONUS` for the direction being right, the two things the evaluation's claim reads
+(P&L and trade precision); a hold's is 0.
 Advantages are normalised within the k answers of one decision (a GRPO group); the loss is
 the clipped ratio over `inner_epochs` passes plus a k3 KL to the base model (the adapter
 switched off).

@@ -27,9 +27,10 @@ from babylon_rl.train.writeback import WriteBack
 
 
 # The objectives trained from frozen states on the decision's menu (train/cached.py), and what each fits: every menu
-# answer priced (menu), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers
-# of the agents the data proves best on train windows (distill, train/teachers.py).
-MENU_OBJECTIVES = {"menu": "counterfactual", "menu-imitate": "imitate", "distill": "imitate"}
+# answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward), the logged answer of every agent
+# (menu-imitate, the imitation baseline), or the logged answers of the agents the data proves best on train windows
+# (distill, train/teachers.py).
+MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-imitate": "imitate", "distill": "imitate"}
 
 
 class TrainConfig(BaseModel):
@@ -52,7 +53,7 @@ class TrainConfig(BaseModel):
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
     # None: distill on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-imitate", "distill"] | None = None
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-imitate", "distill"] | None = None
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False

@@ -51,6 +51,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
 # what mutation may change, by objective: the menu's target temperature; distillation's mix of imitation and the menu
 MUTABLE = {
     "menu": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature"),
+    "menu-pg": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
     "distill": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "imitation_weight", "hold_weight", "reward_temperature"),
     "menu-imitate": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
 }
@@ -95,7 +96,7 @@ class Hyper:
 class PopulationOptions:
     size: int
     evolve_every: int
-    objective: str  # menu | distill | menu-imitate
+    objective: str  # menu | menu-pg | distill | menu-imitate
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     replace_bottom: float | None = None  # PBT: replace only this bottom share, from the same top share
     tournament: int = 2  # members drawn per tournament
