@@ -313,7 +313,7 @@ class TerminalConsole(Console):
 
         self.print(eval_table(result))
         for role, diff in result.comparison.items():
-            self.print(comparison_line(role, diff, "model"))
+            self.print(comparison_line(role, diff, "model", result.named_baseline))
         if "baseline" in result.comparison or "constant" in result.comparison:
             shown = "shown" if result.learning_shown else \
                 "NOT shown (it must beat every reference, the baseline and the best constant at least, on P&L and trade precision)"

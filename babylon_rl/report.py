@@ -287,7 +287,7 @@ def eval_html(evaluation: dict | None) -> str:
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     from babylon_rl.evaluate.table import comparison_line
 
-    comparisons = "".join(f"<li>{html.escape(comparison_line(role, c))}</li>" for role, c in evaluation.get("comparison", {}).items()
+    comparisons = "".join(f"<li>{html.escape(comparison_line(role, c, named_baseline=evaluation.get('named_baseline')))}</li>" for role, c in evaluation.get("comparison", {}).items()
                           if "trade_precision_diff" in c)
     return (f"{verdict_html(evaluation)}<p>{evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
             f"{html.escape(evaluation['dataset'])}; 95 % bootstrap intervals over windows ({evaluation['bootstrap']['resamples']} resamples).</p>"

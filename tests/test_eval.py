@@ -200,6 +200,10 @@ def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run
     assert not report["comparison"]["reader"]["beats_outside_interval"]
     assert report["design_check"]["beats_outside_interval"] is True
     assert "this evaluation can recognise a policy that reads the news" in result.output
+    # --baseline named another model than the trained one's base: the report says which, never "its base model"
+    assert report["named_baseline"] == "hold-model"
+    assert f"model {'BEATS' if shown else 'does NOT beat'} the baseline hold-model:" in result.output
+    assert "its base" not in result.output
 
 
 def test_the_claim_reads_trade_precision_so_holding_is_not_punished():

@@ -121,11 +121,18 @@ class EvalResult:
         return all(role in present for role in REQUIRED_REFERENCES) and all(
             self.comparison[role]["beats_outside_interval"] for role in present)
 
+    @property
+    def named_baseline(self) -> str | None:
+        """The model --baseline named, as the table shows it; None when the baseline is the trained model's own base."""
+        if self.options.baseline is None:
+            return None
+        return next((p.name.removeprefix("baseline ") for p in self.policies if p.role == "baseline"), None)
+
     def to_dict(self) -> dict:
         o = self.options
         return {
             "dataset": o.dataset, "model": o.model, "base_url": mask_url(o.base_url) if o.base_url else None,
-            "baseline": next((p.model for p in self.policies if p.role == "baseline"), None),
+            "baseline": next((p.model for p in self.policies if p.role == "baseline"), None), "named_baseline": self.named_baseline,
             "windows": len(self.eval_set.windows), "decisions": len(self.eval_set.decisions),
             "threshold_pct": o.threshold_pct, "max_new_tokens": o.max_new_tokens, "menu_shares": o.menu_shares,
             "bootstrap": {"resamples": o.resamples, "seed": o.seed, "unit": "window", "level": 0.95},

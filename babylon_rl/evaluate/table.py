@@ -21,9 +21,11 @@ REFERENCE_NAMES = {"baseline": "its base model", "constant": "the best constant"
                    "imitation": "imitation of the logged answers (same budget)", "reader": "the news rule (not required)"}
 
 
-def _label(p: "PolicyResult") -> str:
+def _label(p: "PolicyResult", named_baseline: str | None) -> str:
     if p.role == "constant":
         return p.name.replace("best constant: ", "const ")
+    if p.role == "baseline" and named_baseline:
+        return "baseline"  # another model than the trained one's base: the comparison lines name it
     return ROLE_LABELS.get(p.role, p.name)
 
 
@@ -50,18 +52,20 @@ def eval_table(result: "EvalResult") -> Table:
         if not m:
             continue
         top, share = p.top_answer
-        table.add_row(_label(p), _pnl(m["pnl_per_decision"]), _share(m["trade_precision"]) if m["trade_share"].value else "no trade",
+        table.add_row(_label(p, result.named_baseline), _pnl(m["pnl_per_decision"]), _share(m["trade_precision"]) if m["trade_share"].value else "no trade",
                       f"{m['trade_share'].value:.2f}", f"{m['direction_accuracy'].value:.2f}", f"{top[:10]} {share:.0%}")
     return table
 
 
-def comparison_line(role: str, diff: dict, subject: str = "trained model") -> str:
-    """One comparison in words: P&L and trade precision, each with its paired interval, and the verdict."""
+def comparison_line(role: str, diff: dict, subject: str = "trained model", named_baseline: str | None = None) -> str:
+    """One comparison in words: P&L and trade precision, each with its paired interval, and the verdict. `named_baseline`:
+    the model --baseline named, when it is not the trained model's base."""
     p, t = diff["pnl_per_decision_diff"], diff["trade_precision_diff"]
     verdict = "BEATS" if diff["beats_outside_interval"] else "does NOT beat"
     precision = (f"trade precision {t['value']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}]" if diff["precision_estimable"] else
                  f"trade precision not compared ({diff['reference_trades']} trades: too few to estimate; P&L alone decides)")
-    return f"{subject} {verdict} {REFERENCE_NAMES.get(role, role)}: P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], {precision}"
+    reference = f"the baseline {named_baseline}" if role == "baseline" and named_baseline else REFERENCE_NAMES.get(role, role)
+    return f"{subject} {verdict} {reference}: P&L per decision {p['value']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}], {precision}"
 
 
 def design_line(design: dict | None) -> str | None:
