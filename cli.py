@@ -551,7 +551,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-imitate", "distill"]),
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill"]),
               help="Default: distill on the torch back-end (a step costs seconds), grpo on art/serverless and with "
                    "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
@@ -560,7 +560,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "the policy fitted to softmax(reward / --reward-temperature) over them; menu = the same target with "
                    "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md); "
                    "menu-pg = the same menu, the policy moved up its expected reward over it (it trades only where a trade "
-                   "pays on average: the one to improve on a distilled run with --init-from); "
+                   "pays on average; it refines what the policy already does); menu-value = each answer's log-probability margin over hold "
+                   "fitted to its reward / --reward-temperature by least squares (the expected reward, averaged over "
+                   "windows; it also finds the paying answers the policy never gives); "
                    "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline; "
                    "distill = the same, fitted only to the answers of the agents that stand above their peers on the train "
                    "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents).")
@@ -569,7 +571,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
 @click.option("--init-from", metavar="MODEL",
               help="Menu objectives: start the LoRA from this adapter (a run name: its latest checkpoint; or a checkpoint "
-                   "directory), e.g. improve on a distilled run with --objective menu-pg. Its run must not have read this "
+                   "directory), e.g. improve on a distilled run with --objective menu-value. Its run must not have read this "
                    "dataset's eval windows.")
 @click.option("--population", type=click.IntRange(min=1),
               help="Menu objectives: train N settings side by side over one set of frozen states; every --evolve-every "
@@ -589,6 +591,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--hold-weight", type=click.FloatRange(0, 1), default=1.0, show_default=True,
               help="distill, menu-imitate: a logged hold's weight in the loss against a logged trade's 1; 0 learns from the "
                    "teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
+@click.option("--trade-cost", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="menu, menu-pg, menu-value: taken off every trade's reward in the training target (validation and eval "
+                   "price trades as they are): a trade must pay this much on average to rank above hold.")
 @click.option("--teacher-answers", type=click.Choice(["all", "news"]), default="all", show_default=True,
               help="distill: which of the teachers' train answers it imitates: all, or news = their trades of the stock the "
                    "latest headline of the last 30 minutes names and their holds where no headline is that fresh (the "

@@ -583,6 +583,47 @@ def test_the_expected_reward_objective_holds_where_no_trade_pays_on_average(smal
     assert after < before - 0.15
 
 
+def test_least_squares_on_the_margins_credits_a_paying_answer_the_policy_never_gives(small_llama):
+    """A policy that gives selling ACME 1e-4 (the student that buys after bullish headlines and never sells after bearish
+    ones): the expected-reward gradient on that answer's logit scales with its probability and is ~0; least squares on
+    the margins over hold moves it by its error, whatever the policy gives it, and stops where the margins are the
+    rewards / T, less --trade-cost for a trade."""
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+
+    task = _menu_task("ACME: Acme Corp misses earnings expectations")
+    task = replace(task, truth=GroundTruth(task.window_id, {"ACME": Stock(220.0, 210.0), "BOLT": Stock(52.0, 52.5),
+                                                            "CRUX": Stock(12.0, 12.05)}, {}))
+
+    def logit_gradient(objective: str, margins: torch.Tensor | None = None, trade_cost: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
+        """The loss's gradient on each answer's logit, the policy nearly always holding (or at `margins` over hold)."""
+        options = MenuOptions(objective=objective, train_layers=1, variants=0, seed=1, trade_cost=trade_cost)
+        trainer = MenuTrainer(str(small_llama), options)
+        items = trainer.items_for([task], 0)
+        sell = items[0].answers.index('{"action": "sell", "ticker": "ACME", "shares": 50}')
+        if margins is None:
+            margins = torch.full((1, len(items[0].answers)), np.log(1e-4))
+            margins[0, 0] = 0.0
+        logits = margins.clone().requires_grad_()
+        trainer._logprobs = lambda items: (torch.log_softmax(logits, 1), torch.ones_like(logits, dtype=torch.bool))
+        trainer._loss(items)[0].backward()
+        return logits.grad[0].numpy(), items[0].rewards, sell
+
+    gradient, rewards, sell = logit_gradient("expected")
+    assert rewards[sell] > 1.0 and rewards[sell] == rewards.max()
+    assert abs(gradient[sell]) < 1e-3 * rewards[sell]
+    gradient, _, _ = logit_gradient("value")
+    assert -gradient[sell] > 1.0  # the margin, log 1e-4, is far below the reward / T: pushed up hard
+    fitted = torch.tensor(rewards / MenuOptions().reward_temperature, dtype=torch.float32)[None]
+    gradient, _, _ = logit_gradient("value", fitted)
+    assert np.allclose(gradient, 0.0, atol=1e-5)
+    gradient, _, _ = logit_gradient("value", fitted, trade_cost=0.3)  # each trade's margin 1 nat (0.3 / T) too high
+    assert np.allclose(gradient[1:], gradient[1], atol=1e-5) and gradient[1] > 0.1
+    costed = fitted - torch.tensor([0.0] + [0.3 / MenuOptions().reward_temperature] * (len(rewards) - 1))
+    assert np.allclose(logit_gradient("value", costed, trade_cost=0.3)[0], 0.0, atol=1e-5)
+
+
 def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_frozen_states_once(small_llama):
     """The quickstart trains its imitation baseline, then the menu objective, on the same decisions and seed: the second
     trainer takes the first's frozen states (the same tensors), and a trainer on other blocks computes its own. The
@@ -771,6 +812,12 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
 def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:
     result = run_cli("train", "--dataset", "nothing", "--objective", "menu", "--hold-weight", "0")
     assert result.exit_code == 2 and "--hold-weight weighs the logged holds of distill and menu-imitate, not menu" in result.output
+
+
+def test_trade_cost_is_refused_for_objectives_that_do_not_price_the_menu(run_cli) -> None:
+    result = run_cli("train", "--dataset", "nothing", "--objective", "distill", "--trade-cost", "0.3")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--trade-cost prices the trades of menu, menu-pg and menu-value, not distill" in result.output
 
 
 def test_teacher_answers_is_refused_for_objectives_that_do_not_distill(run_cli) -> None:

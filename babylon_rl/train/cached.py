@@ -5,9 +5,15 @@ against the window's ground truth with the evaluation's rules (`decisions.Task.p
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
 "counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or
 moved up its own expected reward over the menu (`objective="expected"`: the exact policy gradient,
-GRPO with every answer sampled). The softmax target puts its mass on the answer that paid most in
-hindsight, and some trade nearly always did, so it learns to trade everywhere; the expected reward
-trades only where a trade pays on average, which is what P&L and trade precision reward.
+GRPO with every answer sampled), or each answer's log-probability margin over hold fitted to its
+reward / `reward_temperature` by least squares (`objective="value"`: the margins become the menu's
+expected rewards, as a Q-function's would, and the first-ranked answer the one that pays most on
+average). The softmax target puts its mass on the answer that paid most in hindsight, and some trade
+nearly always did, so it learns to trade everywhere; the other two trade only where a trade pays on
+average, which is what P&L and trade precision reward. The expected reward's gradient on an answer
+scales with the answer's probability, so it refines what the policy already does and cannot find a
+paying answer the policy never gives; least squares moves every answer by its error and stops where
+the fit is right.
 
 Why renamed tickers: the stocks are exchangeable, but a window's moves are shared by all of its
 decisions, so a batch rewards whichever stock happened to win its windows (`sell ACME`), and a
@@ -51,12 +57,15 @@ SHARED_STATES_BYTES = 512 << 20  # the most frozen states `SharedStates` keeps f
 
 @dataclass(frozen=True)
 class MenuOptions:
-    objective: str = "counterfactual"  # counterfactual | imitate | expected
+    objective: str = "counterfactual"  # counterfactual | imitate | expected | value
     # a mix of both: imitation_weight x imitate + (1 - imitation_weight) x counterfactual (a population's distill knob)
     imitation_weight: float | None = None
     # the weight of a logged hold in the imitation loss against a logged trade's 1: the teachers hold on ~57 % of their
     # decisions, one menu entry against ten trades, and a student fitted to all of them learns to hold (docs/TRAINING.md)
     hold_weight: float = 1.0
+    # taken off every trade's reward in the priced objectives' targets (never in validation or evaluation): a least-squares
+    # fit of a trade nobody can predict lands near 0, and its noise, across ten trades, ranks one above hold
+    trade_cost: float = 0.0
     learning_rate: float = 2e-4
     reward_temperature: float = 0.3
     shares: int = 50
@@ -448,9 +457,15 @@ class MenuTrainer(Checkpoints):
 
         o = self.options
         logp, present = self._logprobs(items)
-        if o.objective == "expected":
-            rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
-            return -(logp.masked_fill(~present, 0.0).exp() * present * rewards).sum(1).mean(), logp
+        rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device) * present
+        rewards[:, HOLD_INDEX + 1 :] -= o.trade_cost * present[:, HOLD_INDEX + 1 :]
+        if o.objective in ("expected", "value"):
+            if o.objective == "expected":
+                return -(logp.masked_fill(~present, 0.0).exp() * rewards).sum(1).mean(), logp
+            # Least squares fits the mean over the windows that share a context: the margins converge on the expected
+            # reward / T, and an answer's gradient is its error, whatever the policy gives it (a hold's margin is 0).
+            errors = ((logp - logp[:, HOLD_INDEX : HOLD_INDEX + 1]) - rewards / o.reward_temperature).masked_fill(~present, 0.0)
+            return ((errors**2).sum(1) / (present.sum(1) - 1).clamp(min=1)).mean(), logp
         weight = o.imitation_weight if o.imitation_weight is not None else float(o.objective == "imitate")
         loss = torch.zeros((), device=logp.device)
         if weight > 0:
@@ -460,7 +475,6 @@ class MenuTrainer(Checkpoints):
             counts = torch.where(index == HOLD_INDEX, o.hold_weight, 1.0)  # an off-menu answer counts and trains nothing
             loss = loss + weight * -(picked * kept * counts).sum() / counts.sum().clamp(min=1e-9)
         if weight < 1:
-            rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device)
             target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
             loss = loss + (1 - weight) * -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
         return loss, logp

@@ -27,10 +27,11 @@ from babylon_rl.train.writeback import WriteBack
 
 
 # The objectives trained from frozen states on the decision's menu (train/cached.py), and what each fits: every menu
-# answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward), the logged answer of every agent
+# answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward; menu-value: each answer's margin over hold
+# fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it does), the logged answer of every agent
 # (menu-imitate, the imitation baseline), or the logged answers of the agents the data proves best on train windows
 # (distill, train/teachers.py).
-MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-imitate": "imitate", "distill": "imitate"}
+MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate"}
 
 
 class TrainConfig(BaseModel):
@@ -53,7 +54,7 @@ class TrainConfig(BaseModel):
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
     # None: distill on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-imitate", "distill"] | None = None
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill"] | None = None
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
@@ -61,6 +62,7 @@ class TrainConfig(BaseModel):
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
     hold_weight: float = Field(1.0, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
+    trade_cost: float = Field(0.0, ge=0)  # menu, menu-pg, menu-value: taken off every trade's reward in the target
     teacher_answers: Literal["all", "news"] = "all"  # distill: which of the teachers' answers it imitates (train/teachers.py)
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
     shares: int = Field(50, ge=1)  # menu: the size of each menu trade
@@ -84,6 +86,8 @@ class TrainConfig(BaseModel):
             self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
         if self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate"):
             raise ValueError(f"--hold-weight weighs the logged holds of distill and menu-imitate, not {self.objective}")
+        if self.trade_cost and self.objective not in ("menu", "menu-pg", "menu-value"):
+            raise ValueError(f"--trade-cost prices the trades of menu, menu-pg and menu-value, not {self.objective}")
         if self.teacher_answers != "all" and self.objective != "distill":
             raise ValueError(f"--teacher-answers chooses which of the teachers' answers distill imitates, not {self.objective}")
         if self.population and self.objective not in MENU_OBJECTIVES:
@@ -139,7 +143,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
         options = MenuOptions(
             objective=MENU_OBJECTIVES[config.objective],
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
-            hold_weight=config.hold_weight, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
+            hold_weight=config.hold_weight, trade_cost=config.trade_cost, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
             seed=config.seed,
             device=resolve_device(config.device))
         if config.population:

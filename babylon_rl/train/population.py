@@ -52,6 +52,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
 MUTABLE = {
     "menu": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature"),
     "menu-pg": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
+    "menu-value": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
     "distill": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "imitation_weight", "hold_weight", "reward_temperature"),
     "menu-imitate": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
 }
@@ -96,7 +97,7 @@ class Hyper:
 class PopulationOptions:
     size: int
     evolve_every: int
-    objective: str  # menu | menu-pg | distill | menu-imitate
+    objective: str  # menu | menu-pg | menu-value | distill | menu-imitate
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     replace_bottom: float | None = None  # PBT: replace only this bottom share, from the same top share
     tournament: int = 2  # members drawn per tournament
