@@ -571,7 +571,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
 @click.option("--init-from", metavar="MODEL",
               help="Menu objectives: start the LoRA from this adapter (a run name: its latest checkpoint; or a checkpoint "
-                   "directory), e.g. improve on a distilled run with --objective menu-value. Its run must not have read this "
+                   "directory), e.g. --objective menu-pg or menu-value from a distilled run. Its run must not have read this "
                    "dataset's eval windows.")
 @click.option("--population", type=click.IntRange(min=1),
               help="Menu objectives: train N settings side by side over one set of frozen states; every --evolve-every "

@@ -459,9 +459,9 @@ class MenuTrainer(Checkpoints):
         logp, present = self._logprobs(items)
         rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device) * present
         rewards[:, HOLD_INDEX + 1 :] -= o.trade_cost * present[:, HOLD_INDEX + 1 :]
-        if o.objective in ("expected", "value"):
-            if o.objective == "expected":
-                return -(logp.masked_fill(~present, 0.0).exp() * rewards).sum(1).mean(), logp
+        if o.objective == "expected":
+            return -(logp.masked_fill(~present, 0.0).exp() * rewards).sum(1).mean(), logp
+        if o.objective == "value":
             # Least squares fits the mean over the windows that share a context: the margins converge on the expected
             # reward / T, and an answer's gradient is its error, whatever the policy gives it (a hold's margin is 0).
             errors = ((logp - logp[:, HOLD_INDEX : HOLD_INDEX + 1]) - rewards / o.reward_temperature).masked_fill(~present, 0.0)

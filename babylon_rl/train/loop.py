@@ -27,10 +27,10 @@ from babylon_rl.train.writeback import WriteBack
 
 
 # The objectives trained from frozen states on the decision's menu (train/cached.py), and what each fits: every menu
-# answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward; menu-value: each answer's margin over hold
-# fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it does), the logged answer of every agent
-# (menu-imitate, the imitation baseline), or the logged answers of the agents the data proves best on train windows
-# (distill, train/teachers.py).
+# answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward; menu-value: each answer's margin over
+# hold fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it
+# does), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers of the agents
+# the data proves best on train windows (distill, train/teachers.py).
 MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate"}
 
 
