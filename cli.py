@@ -594,6 +594,10 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--trade-cost", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="menu, menu-pg, menu-value: taken off every trade's reward in the training target (validation and eval "
                    "price trades as they are): a trade must pay this much on average to rank above hold.")
+@click.option("--anchor", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="menu-value: the starting policy's margins (--init-from) as a prior of this weight against the rewards' 1: "
+                   "each margin is fitted to (reward / T + anchor x its starting margin) / (1 + anchor), so what the "
+                   "student holds on with confidence stays held unless the rewards disagree.")
 @click.option("--teacher-answers", type=click.Choice(["all", "news"]), default="all", show_default=True,
               help="distill: which of the teachers' train answers it imitates: all, or news = their trades of the stock the "
                    "latest headline of the last 30 minutes names and their holds where no headline is that fresh (the "

@@ -87,20 +87,32 @@ def headline_ages() -> None:
     prompts.compact = compact
 
 
-def world(home: Path):
-    """The quickstart's world, dataset and base model, made once."""
+def world(home: Path, start=None, **options):
+    """The quickstart's world, dataset and base model, made once (`options`: QuickstartOptions fields to change)."""
+    from dataclasses import replace
+
     from babylon_rl.context import BabylonContext
     from babylon_rl.quickstart import NAME, START, QuickstartOptions, dataset_params
 
     ctx = BabylonContext.create(str(home))
     if not (ctx.home.datasets / NAME / "manifest.json").exists():
-        o = QuickstartOptions()
-        ctx.simulate(agents=o.agents, windows=o.windows, steps_per_window=o.steps_per_window, seed=o.seed, start=START,
+        o = replace(QuickstartOptions(), **options)
+        ctx.simulate(agents=o.agents, windows=o.windows, steps_per_window=o.steps_per_window, seed=o.seed, start=start or START,
                      target="duckdb", news_strength=o.news_strength)
         ctx.build()
         ctx.dataset_build(dataset_params(o), force=True)
         ctx.model_init("smollm2-135m")
     return ctx
+
+
+def heldout_world(home: Path):
+    """A second world for evaluation only: the quickstart's settings on another seed and another stretch of time (no
+    window id in common with `world`'s), three quarters of its 640 windows in the eval split. Nothing trained on
+    `world` has read any of it, and a paired interval over its 480 eval windows is about half as wide as over the
+    quickstart's 120."""
+    from datetime import datetime
+
+    return world(home, start=datetime(2025, 6, 1), windows=640, seed=1, eval_fraction=0.75)
 
 
 def answered(trainer, items) -> dict:

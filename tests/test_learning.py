@@ -624,6 +624,42 @@ def test_least_squares_on_the_margins_credits_a_paying_answer_the_policy_never_g
     assert np.allclose(logit_gradient("value", costed, trade_cost=0.3)[0], 0.0, atol=1e-5)
 
 
+def test_the_anchor_fits_each_margin_between_the_reward_and_where_the_student_started(small_llama):
+    """--anchor A: the margins' fixed point is (reward / T + A x the starting margin) / (1 + A); the starting margins are
+    the weights training started from (a step moves the policy, not its anchor), and the anchor's pass leaves the
+    training pass's backward intact."""
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, _margins
+
+    task = _menu_task("ACME: Acme Corp misses earnings expectations")
+    trainer = MenuTrainer(str(small_llama), MenuOptions(objective="value", anchor=0.25, train_layers=1, variants=0, seed=1,
+                                                        learning_rate=5e-2))
+    items = trainer.items_for([task], 0)
+    started = trainer._start_margins(items).clone()
+    with torch.no_grad():
+        assert torch.allclose(_margins(trainer._logprobs(items)[0]), started, atol=1e-5)
+    for _ in range(3):
+        trainer.step(items)  # would raise if the anchor's weight swap broke the graph
+    with torch.no_grad():
+        moved = _margins(trainer._logprobs(items)[0])
+    assert (moved - started).abs().max() > 0.1
+    assert torch.allclose(trainer._start_margins(items), started, atol=1e-5)
+
+    rewards = torch.tensor(items[0].rewards, dtype=torch.float32)[None]
+    fixed_point = (rewards / 0.3 + 0.25 * started) / 1.25
+    logits = fixed_point.clone().requires_grad_()
+    trainer._logprobs = lambda items: (torch.log_softmax(logits, 1), torch.ones_like(logits, dtype=torch.bool))
+    trainer._start_margins = lambda items: started
+    trainer._loss(items)[0].backward()
+    assert np.allclose(logits.grad.numpy(), 0.0, atol=1e-5)
+    logits.grad = None
+    with torch.no_grad():
+        logits.copy_(rewards / 0.3)  # fitted to the rewards alone: pulled back toward the start
+    trainer._loss(items)[0].backward()
+    assert (torch.sign(logits.grad[0, 1:]) == torch.sign(rewards[0, 1:] / 0.3 - started[0, 1:])).all()
+
+
 def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_frozen_states_once(small_llama):
     """The quickstart trains its imitation baseline, then the menu objective, on the same decisions and seed: the second
     trainer takes the first's frozen states (the same tensors), and a trainer on other blocks computes its own. The
@@ -819,6 +855,11 @@ def test_trade_cost_is_refused_for_objectives_that_do_not_price_the_menu(run_cli
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "--trade-cost prices the trades of menu, menu-pg and menu-value, not distill" in result.output
 
+
+def test_the_anchor_is_refused_outside_menu_value(run_cli) -> None:
+    result = run_cli("train", "--dataset", "nothing", "--objective", "menu-pg", "--anchor", "0.25")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--anchor weighs the starting policy's margins in menu-value's fit, not in menu-pg" in result.output
 
 def test_teacher_answers_is_refused_for_objectives_that_do_not_distill(run_cli) -> None:
     result = run_cli("train", "--dataset", "nothing", "--objective", "menu-imitate", "--teacher-answers", "news")

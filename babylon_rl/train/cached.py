@@ -66,6 +66,10 @@ class MenuOptions:
     # taken off every trade's reward in the priced objectives' targets (never in validation or evaluation): a least-squares
     # fit of a trade nobody can predict lands near 0, and its noise, across ten trades, ranks one above hold
     trade_cost: float = 0.0
+    # menu-value: the starting policy's margins as a prior of this weight against the rewards' 1 (ridge): each margin is
+    # fitted to (reward / T + anchor x its starting margin) / (1 + anchor), so a student's confident holds where nothing
+    # pays stay below hold instead of fitting to ~0, while an answer the rewards disagree with still moves
+    anchor: float = 0.0
     learning_rate: float = 2e-4
     reward_temperature: float = 0.3
     shares: int = 50
@@ -395,6 +399,7 @@ class MenuTrainer(Checkpoints):
             load_adapter(self.model, init_adapter)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.averaged = [p.detach().clone() for p in self.params]
+        self.start = [p.detach().clone() for p in self.params] if options.anchor else None  # the anchor's weights
         self.optimizer = torch.optim.AdamW(self.params, lr=options.learning_rate, weight_decay=0.0)
         self.steps = 0
 
@@ -456,6 +461,8 @@ class MenuTrainer(Checkpoints):
         import torch
 
         o = self.options
+        # before the pass that trains: the anchor's pass swaps the weights in place, which would break its backward
+        start = self._start_margins(items) if o.objective == "value" and o.anchor else None
         logp, present = self._logprobs(items)
         rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device) * present
         rewards[:, HOLD_INDEX + 1 :] -= o.trade_cost * present[:, HOLD_INDEX + 1 :]
@@ -464,7 +471,10 @@ class MenuTrainer(Checkpoints):
         if o.objective == "value":
             # Least squares fits the mean over the windows that share a context: the margins converge on the expected
             # reward / T, and an answer's gradient is its error, whatever the policy gives it (a hold's margin is 0).
-            errors = ((logp - logp[:, HOLD_INDEX : HOLD_INDEX + 1]) - rewards / o.reward_temperature).masked_fill(~present, 0.0)
+            target = rewards / o.reward_temperature
+            if start is not None:
+                target = (target + o.anchor * start) / (1 + o.anchor)
+            errors = (_margins(logp) - target).masked_fill(~present, 0.0)
             return ((errors**2).sum(1) / (present.sum(1) - 1).clamp(min=1)).mean(), logp
         weight = o.imitation_weight if o.imitation_weight is not None else float(o.objective == "imitate")
         loss = torch.zeros((), device=logp.device)
@@ -479,23 +489,35 @@ class MenuTrainer(Checkpoints):
             loss = loss + (1 - weight) * -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
         return loss, logp
 
+    def _start_margins(self, items: list[MenuItem]):
+        """Each menu answer's log-probability margin over hold under the weights training started from (0 off the menu)."""
+        import torch
+
+        with torch.no_grad(), self._loaded(self.start):
+            logp, present = self._logprobs(items)
+        return _margins(logp).masked_fill(~present, 0.0)
+
     def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
         """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
         with self._weights(averaged):
             return ranked(self.split, items, self.options.device, batch)
 
-    @contextmanager
-    def _weights(self, averaged: bool) -> Iterator[None]:
+    def _weights(self, averaged: bool):
         """The averaged weights in the model for the block (when `averaged` and averaging is on), the raw ones after."""
+        return self._loaded(self.averaged if averaged and self.options.ema else None)
+
+    @contextmanager
+    def _loaded(self, values: list | None) -> Iterator[None]:
+        """These weights in the model for the block (none: the raw ones), the raw ones after."""
         import torch
 
-        if not averaged or not self.options.ema:
+        if values is None:
             yield
             return
         raw = [p.detach().clone() for p in self.params]
         with torch.no_grad():
-            for p, avg in zip(self.params, self.averaged):
-                p.copy_(avg)
+            for p, value in zip(self.params, values):
+                p.copy_(value)
         try:
             yield
         finally:
@@ -559,7 +581,7 @@ class MenuTrainer(Checkpoints):
     def state(self) -> dict:
         """A snapshot: later steps change neither the weights nor the average it holds (a kept best checkpoint)."""
         return {"params": [p.detach().clone() for p in self.params], "averaged": [a.clone() for a in self.averaged],
-                "optimizer": self.optimizer.state_dict(), "steps": self.steps}
+                "optimizer": self.optimizer.state_dict(), "steps": self.steps} | ({"start": self.start} if self.start else {})
 
     def restore(self, state: dict) -> None:
         import torch
@@ -568,6 +590,8 @@ class MenuTrainer(Checkpoints):
             for p, value in zip(self.params, state["params"]):
                 p.copy_(value)
         self.averaged = [a.clone() for a in state["averaged"]]
+        if self.start is not None and "start" in state:  # a resumed run keeps the anchor it started from
+            self.start = [a.clone() for a in state["start"]]
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         self.steps = state["steps"]
@@ -581,6 +605,11 @@ def load_adapter(model, adapter: Path) -> None:
     from babylon_rl.train.torch_backend import ADAPTER_FILE
 
     set_peft_model_state_dict(model, load_file(str(adapter / ADAPTER_FILE)))
+
+
+def _margins(logp):
+    """Each menu answer's log-probability over hold's."""
+    return logp - logp[:, HOLD_INDEX : HOLD_INDEX + 1]
 
 
 def _padded(rows: list[np.ndarray], width: int, device):

@@ -63,6 +63,7 @@ class TrainConfig(BaseModel):
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
     hold_weight: float = Field(1.0, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
     trade_cost: float = Field(0.0, ge=0)  # menu, menu-pg, menu-value: taken off every trade's reward in the target
+    anchor: float = Field(0.0, ge=0)  # menu-value: the starting policy's margins as a prior of this weight (MenuOptions.anchor)
     teacher_answers: Literal["all", "news"] = "all"  # distill: which of the teachers' answers it imitates (train/teachers.py)
     train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
     shares: int = Field(50, ge=1)  # menu: the size of each menu trade
@@ -88,6 +89,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"--hold-weight weighs the logged holds of distill and menu-imitate, not {self.objective}")
         if self.trade_cost and self.objective not in ("menu", "menu-pg", "menu-value"):
             raise ValueError(f"--trade-cost prices the trades of menu, menu-pg and menu-value, not {self.objective}")
+        if self.anchor and self.objective != "menu-value":
+            raise ValueError(f"--anchor weighs the starting policy's margins in menu-value's fit, not in {self.objective}")
         if self.teacher_answers != "all" and self.objective != "distill":
             raise ValueError(f"--teacher-answers chooses which of the teachers' answers distill imitates, not {self.objective}")
         if self.population and self.objective not in MENU_OBJECTIVES:
@@ -143,7 +146,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
         options = MenuOptions(
             objective=MENU_OBJECTIVES[config.objective],
             learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
-            hold_weight=config.hold_weight, trade_cost=config.trade_cost, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
+            hold_weight=config.hold_weight, trade_cost=config.trade_cost, anchor=config.anchor, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
             seed=config.seed,
             device=resolve_device(config.device))
         if config.population:
