@@ -33,6 +33,7 @@ import json
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,9 @@ def headline_ages() -> None:
     prompts.compact = compact
 
 
-def world(home: Path, start=None, **options):
-    """The quickstart's world, dataset and base model, made once (`options`: QuickstartOptions fields to change)."""
+def world(home: Path, start: datetime | None = None, **options):
+    """The quickstart's world, dataset and base model, made once (`options`: QuickstartOptions fields to change, `start`:
+    its first window, the quickstart's by default)."""
     from dataclasses import replace
 
     from babylon_rl.context import BabylonContext
@@ -110,8 +112,6 @@ def heldout_world(home: Path):
     window id in common with `world`'s), three quarters of its 640 windows in the eval split. Nothing trained on
     `world` has read any of it, and a paired interval over its 480 eval windows is about half as wide as over the
     quickstart's 120."""
-    from datetime import datetime
-
     return world(home, start=datetime(2025, 6, 1), windows=640, seed=1, eval_fraction=0.75)
 
 
