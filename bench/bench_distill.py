@@ -107,12 +107,12 @@ def world(home: Path, start: datetime | None = None, **options):
     return ctx
 
 
-def heldout_world(home: Path):
+def heldout_world(home: Path, **options):
     """A second world for evaluation only: the quickstart's settings on another seed and another stretch of time (no
     window id in common with `world`'s), three quarters of its 640 windows in the eval split. Nothing trained on
     `world` has read any of it, and a paired interval over its 480 eval windows is about half as wide as over the
-    quickstart's 120."""
-    return world(home, start=datetime(2025, 6, 1), windows=640, seed=1, eval_fraction=0.75)
+    quickstart's 120. `options` change QuickstartOptions fields, e.g. news_strength=0 for its control."""
+    return world(home, start=datetime(2025, 6, 1), **({"windows": 640, "seed": 1, "eval_fraction": 0.75} | options))
 
 
 def answered(trainer, items) -> dict:
