@@ -65,6 +65,11 @@ class Home:
         return self.root / "runs"
 
     @property
+    def frozen_states(self) -> Path:
+        """The frozen blocks' output per packed decision, kept across processes (train/cached.py, StatesOnDisk)."""
+        return self.root / ".cache" / "frozen-states"
+
+    @property
     def models(self) -> Path:
         return self.root / "models"
 

@@ -471,6 +471,44 @@ def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2:
     assert float((cached_grads - whole_grads).norm() / whole_grads.norm()) < tolerance * 3
 
 
+@pytest.mark.parametrize("train_layers", [1, 2])
+def test_the_last_block_run_at_the_choices_only_prices_the_menu_as_the_whole_top_does(small_llama: Path, train_layers: int):
+    """Nothing follows the last block, so it runs only at each pack's last prompt token and answer tree (its keys and
+    values from every position): a batch of packs of different lengths (right-padded) gets the menu log-probabilities
+    and LoRA gradients of the top blocks run over every position."""
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
+    from babylon_rl.train.frozen import answer_logprobs, layout
+
+    options = MenuOptions(train_layers=train_layers, seed=3)
+    trainer = MenuTrainer(str(small_llama), options)
+    with torch.no_grad():
+        for p in trainer.params:
+            p.add_(0.05 * torch.randn_like(p))
+    tasks = [_menu_task(news) for news in ("ACME: Acme Corp beats earnings expectations", "BOLT: Bolt recalls its trucks after a long "
+                                           "investigation into brakes", "CRUX: Crux wins")]
+    items = make_items(trainer.tokenizer, tasks, options, 1, np.random.default_rng(1))
+    assert len({len(i.packed) for i in items}) > 1, "packs of different lengths: padding is part of what is compared"
+    cache_states(trainer.split, items, 8, "cpu")
+    packs = [i.packed for i in items]
+    ids, positions, mask = layout(packs, "cpu")
+    states = torch.nn.utils.rnn.pad_sequence([i.states.float() for i in items], batch_first=True)
+
+    def logp_and_grads(at_choices: bool):
+        trainer.optimizer.zero_grad(set_to_none=True)
+        top = trainer.split.top_at_choices if at_choices else lambda *a: trainer.split.top(*a[:3])
+        logp = answer_logprobs(trainer.split, top(states, positions, mask, packs), packs, at_choices=at_choices)
+        logp.masked_fill(~torch.isfinite(logp), 0.0).sum().backward()
+        return logp.detach(), torch.cat([p.grad.flatten() for p in trainer.params])
+
+    whole, whole_grads = logp_and_grads(False)
+    fast, fast_grads = logp_and_grads(True)
+    assert torch.equal(torch.isfinite(whole), torch.isfinite(fast))
+    assert torch.allclose(fast[torch.isfinite(fast)], whole[torch.isfinite(whole)], atol=1e-5)
+    assert float((fast_grads - whole_grads).norm() / whole_grads.norm()) < 1e-4
+
+
 def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_answers_reward():
     from babylon_rl.train.cached import menu, renamed, shown_answer
 
@@ -690,6 +728,44 @@ def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_froz
     assert computed == [2, 0, 2], "the menu run computed none; the trainer on two blocks computed its own"
     assert all(a.states is b.states for a, b in zip(imitation.items_for([task], 2), reused))
     assert all(a.states.shape == b.states.shape for a, b in zip(reused, other_blocks))
+
+
+def test_frozen_states_kept_on_disk_serve_the_next_process_and_a_broken_file_is_computed_again(small_llama, tmp_path, monkeypatch):
+    """A second run on the same base, blocks and decisions (another process: nothing shared in memory) reads the first
+    run's frozen states from disk instead of computing them, and prices its menu exactly as the first did; a
+    truncated file (a kill mid-write elsewhere) is computed again; other blocks make other keys; the budget evicts."""
+    import torch
+
+    from babylon_rl.train import cached
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+
+    tasks = [_menu_task(headline) for headline in ("ACME: Acme Corp beats earnings expectations", "BOLT: Bolt recalls its trucks")]
+    computed = []
+    original = cached.cache_states
+    monkeypatch.setattr(cached, "cache_states", lambda split, items, *a, **k: (computed.append(sum(i.states is None for i in items)),
+                                                                               original(split, items, *a, **k)))
+    directory = tmp_path / "frozen-states"
+
+    def trainer(layers: int = 1) -> MenuTrainer:
+        monkeypatch.setattr(cached, "SHARED_STATES", cached.SharedStates())  # a new process keeps nothing in memory
+        return MenuTrainer(str(small_llama), MenuOptions(train_layers=layers, variants=2, seed=5), states_dir=directory)
+
+    first = trainer()
+    with torch.no_grad():
+        priced = first._logprobs(first.items_for(tasks, 2))[0]
+    assert computed == [4] and len(list(directory.glob("*.pt"))) == 4
+    second = trainer()
+    with torch.no_grad():
+        assert torch.equal(second._logprobs(second.items_for(tasks, 2))[0], priced)
+    assert computed == [4, 0], "the second process computed nothing"
+    broken = sorted(directory.glob("*.pt"))[0]
+    broken.write_bytes(broken.read_bytes()[:100])
+    trainer().items_for(tasks, 2)
+    assert computed == [4, 0, 1], "only the broken file's states were computed again"
+    trainer(layers=2).items_for(tasks, 2)
+    assert computed == [4, 0, 1, 4] and len(list(directory.glob("*.pt"))) == 8
+    cached.StatesOnDisk(directory, "cpu", budget=1).keep((), [])
+    assert list(directory.glob("*.pt")) == [], "beyond its budget the least recently used go"
 
 
 def test_the_menu_memory_plan_keeps_variants_of_train_decisions_and_one_state_per_validation_decision(small_llama):

@@ -173,7 +173,7 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         policies.append(("imitation", _local(imitation, f"imitation {_short(imitation.path, home)}", options)))
     policies.append(("model", model_policy))
     if options.menu_shares:
-        policies = _menu_policies(policies, eval_set, options)
+        policies = _menu_policies(policies, eval_set, options, home.frozen_states)
 
     results = []
     for role, policy in policies:
@@ -232,8 +232,10 @@ def resized(answer: str, shares: int) -> str:
     return json.dumps(action | {"shares": shares}) if "shares" in action else answer
 
 
-def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, options: EvalOptions) -> list[tuple[str, Policy]]:
-    """The local models as menu policies on one shared base model (its frozen blocks computed once for all)."""
+def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, options: EvalOptions,
+                   states_dir: Path) -> list[tuple[str, Policy]]:
+    """The local models as menu policies on one shared base model (its frozen blocks computed once for all, kept in
+    `states_dir` for the next evaluation of the same decisions)."""
     from babylon_rl.train.cached import MenuRanker
     from babylon_rl.train.decisions import Task
 
@@ -244,7 +246,7 @@ def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, option
     if len(bases) > 1:
         raise ConfigError(f"--menu-shares: the local models must share one base model to share its frozen blocks, not {sorted(bases)}")
     adapters = [p.ref.path for p in local if p.ref.adapter]
-    ranker = MenuRanker(bases.pop(), adapters, options.menu_shares, options.device)
+    ranker = MenuRanker(bases.pop(), adapters, options.menu_shares, options.device, states_dir)
     ranker.prepare([Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions])
     return [(role, MenuPolicy(ranker, p.ref.path if p.ref.adapter else None, p.name) if isinstance(p, LocalPolicy) else p)
             for role, p in policies]

@@ -30,6 +30,7 @@ What is frozen is computed once (`frozen.py`): the hidden state entering the top
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections import OrderedDict
@@ -53,6 +54,7 @@ from babylon_rl.train.torch_backend import Checkpoints
 
 LENGTH_SAMPLE = 64  # tasks packed to estimate the frozen states' size before training
 SHARED_STATES_BYTES = 512 << 20  # the most frozen states `SharedStates` keeps for the next trainer of a process (~1,300 decisions)
+STATES_ON_DISK_BYTES = 8 << 30  # the most `StatesOnDisk` keeps (~20,000 decisions of SmolLM2's ~340 packed tokens)
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,83 @@ class SharedStates:
 SHARED_STATES = SharedStates()
 
 
+class StatesOnDisk:
+    """Frozen states kept across processes, one file per packed sequence, under `HOME/.cache/frozen-states`.
+
+    The frozen blocks are most of what a run on 2 cores costs the first time it sees a decision (~0.3 s a decision
+    with native bf16, ~1.2 s without), and a user reruns `train` on the same dataset with other settings, then `eval`s,
+    again and again. Keyed as `SharedStates` is (the base model's files and times, the trained blocks, the bottom's
+    dtype, the packed sequence) and by the device kind and torch version, so a state is read back only where it is
+    exactly what would be computed. Written to a temporary name, then renamed: a kill leaves a whole file or none. The least recently
+    used go first beyond `budget` bytes.
+    """
+
+    def __init__(self, directory: Path, device: str, budget: int = STATES_ON_DISK_BYTES) -> None:
+        self.directory = directory
+        self.device = device.split(":")[0]  # cpu or cuda: their kernels' results differ in the last bits
+        self.budget = budget
+
+    def _path(self, model: tuple, packed: Packed) -> Path:
+        import hashlib
+
+        import torch
+
+        key = repr((model, self.device, torch.__version__, packed.ids, packed.positions, packed.parents))
+        return self.directory / f"{hashlib.sha256(key.encode()).hexdigest()}.pt"
+
+    def fill(self, model: tuple, items: list[MenuItem]) -> int:
+        """Each item without states takes the ones on disk for its packed sequence, if any; how many did."""
+        import torch
+
+        found = 0
+        for item in items:
+            if item.states is not None:
+                continue
+            path = self._path(model, item.packed)
+            try:
+                states = torch.load(path, weights_only=True)
+            except (OSError, RuntimeError, EOFError):  # not there, or not a whole file: computed again
+                continue
+            if states.shape[0] == len(item.packed):
+                item.states, found = states, found + 1
+                path.touch()  # recently used: evicted last
+        return found
+
+    def keep(self, model: tuple, items: list[MenuItem]) -> None:
+        import torch
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for item in items:
+            path = self._path(model, item.packed)
+            if item.states is None or path.exists():
+                continue
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            torch.save(item.states.cpu(), tmp)
+            tmp.replace(path)
+        self._evict()
+
+    def _evict(self) -> None:
+        files = sorted(self.directory.glob("*.pt"), key=lambda f: f.stat().st_mtime)
+        total = sum(f.stat().st_size for f in files)
+        for f in files:
+            if total <= self.budget:
+                break
+            total -= f.stat().st_size
+            f.unlink(missing_ok=True)
+
+
+def fill_states(split: SplitModel, model: tuple, items: list[MenuItem], batch: int, device: str, disk: StatesOnDisk | None,
+                on_done: Callable[[int], None] = lambda n: None) -> None:
+    """Each item's frozen states: from this process's earlier trainers, else from disk, else computed (and kept for both)."""
+    SHARED_STATES.fill(model, items)
+    if disk is not None:
+        on_done(disk.fill(model, items))
+    cache_states(split, items, batch, device, on_done)
+    SHARED_STATES.keep(model, items)
+    if disk is not None:
+        disk.keep(model, items)
+
+
 def save_states(items: list[MenuItem], path: Path) -> None:
     import torch
 
@@ -281,7 +360,7 @@ def menu_logprobs(split: SplitModel, items: list[MenuItem], device: str):
     states = torch.zeros(len(items), ids.shape[1], items[0].states.shape[-1], device=device)
     for b, item in enumerate(items):
         states[b, : len(item.packed)] = item.states.to(device, torch.float32)
-    logp = answer_logprobs(split, split.top(states, positions, mask), packs)
+    logp = answer_logprobs(split, split.top_at_choices(states, positions, mask, packs), packs, at_choices=True)
     return logp, torch.isfinite(logp)
 
 
@@ -309,10 +388,12 @@ class MenuRanker:
     every policy, then dropped, so an evaluation's peak memory does not grow with its decisions.
     """
 
-    def __init__(self, base_model: str, adapters: list[Path], shares: int, device: str = "cpu") -> None:
+    def __init__(self, base_model: str, adapters: list[Path], shares: int, device: str = "cpu", states_dir: Path | None = None) -> None:
+        """`states_dir`: where frozen states are kept across processes (`StatesOnDisk`); None computes them all."""
         from babylon_rl.train.models import load_causal_lm
 
         self.device = device
+        self.disk = StatesOnDisk(states_dir, device) if states_dir else None
         self.adapters = list(adapters)
         self.model, self.tokenizer = load_causal_lm(base_model, device)
         self.model.eval()
@@ -322,6 +403,7 @@ class MenuRanker:
         self.options = MenuOptions(shares=shares, train_layers=self.train_layers, device=device)
         self.bottom_dtype = bottom_dtype(device)
         self.split = SplitModel(self.model, self.train_layers, self.bottom_dtype)
+        self._states_key = SharedStates.model_key(base_model, self.train_layers, self.bottom_dtype)
         self._answers: dict[Path | None, list[str]] = {}
 
     def prepare(self, tasks: list[Task], on_done: Callable[[int], None] = lambda n: None) -> None:
@@ -330,7 +412,11 @@ class MenuRanker:
         self._answers = {policy: [] for policy in (None, *self.adapters)}
         for start in range(0, len(items), RANKED_CHUNK):
             chunk = items[start : start + RANKED_CHUNK]
+            if self.disk:
+                on_done(self.disk.fill(self._states_key, chunk))
             cache_states(self.split, chunk, self.options.cache_batch, self.device, on_done)
+            if self.disk:
+                self.disk.keep(self._states_key, chunk)
             for policy, answers in self._answers.items():
                 answers += [item.answers[i] for item, i in zip(chunk, self._ranked(policy, chunk))]
             for item in chunk:
@@ -371,11 +457,13 @@ class MenuTrainer(Checkpoints):
     """
 
     def __init__(self, base_model: str, options: MenuOptions, tasks: list[Task] = (), validation: list[Task] = (),
-                 init_adapter: Path | None = None, adapters: int = 1, planned_rank: int | None = None) -> None:
+                 init_adapter: Path | None = None, adapters: int = 1, planned_rank: int | None = None,
+                 states_dir: Path | None = None) -> None:
         """`tasks` and `validation`: the train and validation decisions it will see; their frozen states (train ones
         under `variants` renamings each) and the largest pass are checked against free memory before the weights load,
         with `adapters` adapters of up to `planned_rank` (a population's members). `init_adapter`: a LoRA adapter of
-        the same rank and blocks to start from (distilled, then improved)."""
+        the same rank and blocks to start from (distilled, then improved). `states_dir`: where frozen states are kept
+        across processes (`StatesOnDisk`)."""
         import torch
 
         from babylon_rl.train.models import load_causal_lm, lora_model
@@ -388,6 +476,7 @@ class MenuTrainer(Checkpoints):
                          "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
         memory.bound_allocator()
         self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
+        self._disk = StatesOnDisk(states_dir, options.device) if states_dir else None
         self._rng = np.random.default_rng(options.seed)
         torch.manual_seed(options.seed)
         base, self.tokenizer = load_causal_lm(base_model, options.device)
@@ -532,9 +621,7 @@ class MenuTrainer(Checkpoints):
         for task in new:
             self._items[id(task)] = make_items(self.tokenizer, [task], self.options, variants, self._rng)
         made = [i for t in new for i in self._items[id(t)]]
-        SHARED_STATES.fill(self._states_key, made)
-        cache_states(self.split, made, self.options.cache_batch, self.options.device)
-        SHARED_STATES.keep(self._states_key, made)
+        fill_states(self.split, self._states_key, made, self.options.cache_batch, self.options.device, self._disk)
         return [item for t in tasks for item in self._items[id(t)]]
 
     def train_step(self, tasks: list[Task]):

@@ -169,15 +169,61 @@ class SplitModel:
         """The final (normed) hidden states from the bottom's output: the trained blocks, then the norm."""
         return self.decoder.norm(self._blocks(states, positions, mask, self.decoder.layers[self.split :]))
 
+    def top_at_choices(self, states, positions, mask, packs: list[Packed]):
+        """`top`'s hidden states where a menu choice can be read: each pack's last prompt token and its answer tree,
+        [B, Q, hidden], row q of pack b being its packed position `prompt_len - 1 + q` (rows past a pack's end repeat
+        its last). The trained blocks but the last run over every position; the last, which nothing follows, only
+        over these rows, its keys and values still from every position. A pack's tree is ~12 of its ~330 tokens, so
+        the last block costs ~25x less: exactly what `top` gives at these rows (tests/test_learning.py)."""
+        import torch
 
-def answer_logprobs(split: SplitModel, hidden, packs: list[Packed]):
+        upper = self.decoder.layers[self.split :]
+        hidden = self._blocks(states, positions, mask, upper[:-1])
+        width = max(len(p) - p.prompt_len + 1 for p in packs)
+        rows = torch.tensor([[min(p.prompt_len - 1 + q, len(p) - 1) for q in range(width)] for p in packs], device=states.device)
+        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+        return self.decoder.norm(_block_at_rows(upper[-1], hidden, rotary, mask, rows))
+
+
+def _block_at_rows(layer, hidden, rotary, mask, rows):
+    """A Llama decoder block's output at `rows` ([B, Q] indices into the sequence) only: queries, attention output and
+    MLP at those rows, keys and values from every position, under the rows' part of the additive `mask`."""
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+
+    attn = layer.self_attn
+    batch, length, size = hidden.shape
+
+    def at_rows(x):
+        return x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
+
+    def heads(x, n):
+        return x.view(batch, n, -1, attn.head_dim).transpose(1, 2)
+
+    normed = layer.input_layernorm(hidden)
+    cos, sin = rotary
+    keys = heads(attn.k_proj(normed), length)
+    values = heads(attn.v_proj(normed), length)
+    queries = heads(attn.q_proj(at_rows(normed)), rows.shape[1])
+    _, keys = apply_rotary_pos_emb(keys, keys, cos, sin)  # each call turns two tensors: here the keys at every position
+    queries, _ = apply_rotary_pos_emb(queries, queries, at_rows(cos), at_rows(sin))
+    row_mask = mask.to(hidden.dtype).gather(2, rows[:, None, :, None].expand(-1, 1, -1, length))
+    attended = torch.nn.functional.scaled_dot_product_attention(
+        queries, repeat_kv(keys, attn.num_key_value_groups), repeat_kv(values, attn.num_key_value_groups),
+        attn_mask=row_mask, scale=attn.scaling)
+    out = at_rows(hidden) + attn.o_proj(attended.transpose(1, 2).reshape(batch, rows.shape[1], -1))
+    return out + layer.mlp(layer.post_attention_layernorm(out))
+
+
+def answer_logprobs(split: SplitModel, hidden, packs: list[Packed], at_choices: bool = False):
     """Each answer's log-probability under the menu-constrained policy ([B, width], -inf past a pack's answers): at each
-    choice the softmax over the tokens the menu allows there, of logits projected for those tokens only."""
+    choice the softmax over the tokens the menu allows there, of logits projected for those tokens only. `hidden`:
+    `top`'s, or with `at_choices` `top_at_choices`'s (row 0 at each pack's last prompt token)."""
     import torch
 
     device = hidden.device
     rows = torch.tensor([b for b, p in enumerate(packs) for _ in p.choices], device=device)
-    cols = torch.tensor([c.position for p in packs for c in p.choices], device=device)
+    cols = torch.tensor([c.position - (p.prompt_len - 1 if at_choices else 0) for p in packs for c in p.choices], device=device)
     fan = max(len(c.tokens) for p in packs for c in p.choices)
     tokens = torch.tensor([list(c.tokens) + [0] * (fan - len(c.tokens)) for p in packs for c in p.choices], device=device)
     real = torch.tensor([[j < len(c.tokens) for j in range(fan)] for p in packs for c in p.choices], device=device)

@@ -134,9 +134,10 @@ class TrainResult:
 
 
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None,
-                 init_adapter: Path | None = None):
+                 init_adapter: Path | None = None, states_dir: Path | None = None):
     """The trainer for this config; a decision trainer sizes its memory by the train and validation decisions it
-    will see (`scheduled`); a menu trainer starts from `init_adapter` when given (`warm_start`)."""
+    will see (`scheduled`); a menu trainer starts from `init_adapter` when given (`warm_start`) and keeps its frozen
+    states in `states_dir` across processes."""
     if config.objective in MENU_OBJECTIVES:
         from babylon_rl.train.cached import MenuOptions, MenuTrainer
         from babylon_rl.train.models import resolve_device
@@ -153,8 +154,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
             from babylon_rl.train.population import PopulationTrainer
 
             return PopulationTrainer(base_model, options, population_options(config), config.groups_per_step, *seen,
-                                     init_adapter=init_adapter)
-        return MenuTrainer(base_model, options, *seen, init_adapter=init_adapter)
+                                     init_adapter=init_adapter, states_dir=states_dir)
+        return MenuTrainer(base_model, options, *seen, init_adapter=init_adapter, states_dir=states_dir)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
@@ -250,7 +251,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     # model, and where a resumed run left off
     validation = validation_sample(data.validation, config.validation_decisions, config.seed)  # never the eval split
     trainer = make_trainer(config, base_model, run, (scheduled(data, schedule, total_steps), validation) if config.on_decisions else ([], []),
-                           art_factory, init_adapter)
+                           art_factory, init_adapter, home.frozen_states)
     if getattr(trainer, "plan", None):
         from babylon_rl.train.memory import headroom
 

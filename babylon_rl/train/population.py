@@ -153,11 +153,12 @@ class PopulationTrainer(MenuTrainer):
     """
 
     def __init__(self, base_model: str, options: MenuOptions, population: PopulationOptions, groups_per_step: int,
-                 tasks: list[Task] = (), validation: list[Task] = (), init_adapter: Path | None = None) -> None:
+                 tasks: list[Task] = (), validation: list[Task] = (), init_adapter: Path | None = None,
+                 states_dir: Path | None = None) -> None:
         self.population = population
         self.limits = population.limits(groups_per_step)
         super().__init__(base_model, options, tasks, validation, init_adapter,
-                         adapters=population.size, planned_rank=int(self.limits["lora_r"][1]))
+                         adapters=population.size, planned_rank=int(self.limits["lora_r"][1]), states_dir=states_dir)
         import torch
 
         self.base_options = options
