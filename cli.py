@@ -583,6 +583,10 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--validation-decisions", "--fitness-decisions", "validation_decisions", type=click.IntRange(min=1), default=256,
               show_default=True, help="Validation decisions each selection pass answers (--eval-every, --keep-best, a "
                                       "population's evolutions): drawn once from --seed, the same each time.")
+@click.option("--train-decisions", type=click.IntRange(min=1),
+              help="Decision objectives: train on at most N of the train decisions (after distill's filter), drawn once from "
+                   "--seed. The frozen blocks cost per distinct decision and a step of --train-layers 1 almost nothing, so "
+                   "many epochs over fewer decisions fit a CPU budget (docs/TRAINING.md).")
 @click.option("--bound", "bounds", multiple=True, metavar="NAME=LOW:HIGH",
               help="--population: where mutation may take a hyper-parameter (learning_rate, lora_r, lora_alpha, batch, ema, "
                    "reward_temperature, imitation_weight); repeatable.")
@@ -643,7 +647,7 @@ def train(obj: BabylonContext, **options) -> None:
 
 @cli.command("eval")
 @click.option("--model", required=True, help="A checkpoint or model directory, a name in HOME/models, a run name (its latest "
-              "checkpoint), or with --base-url the endpoint's model name.")
+              "checkpoint), RUN@STEP or RUN@best, or with --base-url the endpoint's model name.")
 @click.option("--dataset", required=True, help="Dataset whose eval.parquet windows (held out, latest in time) are replayed.")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --model (key: OPENAI_API_KEY).")
 @click.option("--baseline", help="Model to compare against. Default: the run's base model; 'none' to skip.")
@@ -790,17 +794,20 @@ def improve(obj: BabylonContext, **options) -> None:
 
 @cli.command()
 @click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
-@click.option("--windows", type=click.IntRange(min=10), default=480, show_default=True,
-              help="Simulated one-hour windows: the first 65 % train, the next 10 % validation, the latest 25 % held out.")
+@click.option("--windows", type=click.IntRange(min=10), default=960, show_default=True,
+              help="Simulated one-hour windows: the first 40 % train, the next 10 % validation, the latest 50 % held out.")
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps (distillation and the imitation baseline alike).")
+@click.option("--steps", type=click.IntRange(min=1), default=192, show_default=True,
+              help="Training steps (distillation and the imitation baseline alike; the checkpoint best on validation is evaluated).")
 @click.option("--groups-per-step", type=click.IntRange(min=1), default=32, show_default=True, help="Decisions per step.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--train-decisions", type=click.IntRange(min=1), default=640, show_default=True,
+              help="Distinct train decisions each training run reads (their frozen states are what a run costs).")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
-@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,
               help="Held-out decisions replayed per eval window (a seeded sample): many windows narrow the interval, more decisions of one window barely do.")
 @click.option("--base-model", default="smollm2-135m", show_default=True, help="The policy to train (smollm2-135m is made on first use).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)

@@ -206,6 +206,55 @@ def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run
     assert "its base" not in result.output
 
 
+def test_the_logged_agents_answer_every_held_out_decision_and_stay_paired_by_window(home, run_cli):
+    """With --max-decisions-per-window the models answer a sample, but the logged agents (priced without a model) count
+    every held-out decision of the same windows: their heavy tail is averaged over all of them, and the comparison is
+    the difference of the two means over the same resampled windows."""
+    write_eval_dataset(home)  # 3 windows x 4 agents x 2 decisions
+    with JudgeServer() as server:
+        server.reply = lambda body: '{"action": "buy", "ticker": "ACME", "shares": 3}'
+        result = run_cli("eval", "--model", "policy-x", "--base-url", server.base_url, "--dataset", "ev", "--resamples", "200",
+                         "--max-decisions-per-window", "1")
+        assert result.exit_code == 0, result.output
+        assert len(server.requests) == 3
+    report = json.loads((home / "evals" / "policy-x-ev" / "eval.json").read_text())
+    roles = {p["role"]: p for p in report["policies"]}
+    assert report["decisions"] == 3 and roles["model"]["decisions"] == 3 and roles["logged"]["decisions"] == 24
+    model_pnl, logged_pnl = (roles[r]["metrics"]["pnl_per_decision"]["value"] for r in ("model", "logged"))
+    assert report["comparison"]["logged"]["pnl_per_decision_diff"]["value"] == pytest.approx(model_pnl - logged_pnl)
+
+
+def test_a_reference_on_every_decision_of_the_windows_narrows_a_heavy_tailed_comparison():
+    """One agent's bet paying thousands lands in a one-decision-a-window sample or not, and swings its mean; over every
+    decision of each window the same reference's interval is several times narrower, still paired by window."""
+    import numpy as np
+
+    from babylon_rl.evaluate.decisions import Decision, EvalSet
+    from babylon_rl.evaluate.run import EvalOptions, PolicyResult, compare_results
+    from babylon_rl.evaluate.scoring import Outcome
+
+    rng = np.random.default_rng(1)
+    windows = [f"2025-01-{1 + i // 24:02d}T{i % 24:02d}:00" for i in range(200)]
+    every = EvalSet("d", [Decision(w, f"t{w}{k}", f"a{k}", 0, (), "") for w in windows for k in range(20)], {})
+    sample = every.sample(1, 0)
+    logged_pnl = {d.trajectory_id: (5000.0 if rng.random() < 0.01 else rng.normal(5, 20)) for d in every.decisions}
+
+    def logged(decisions: EvalSet, own: bool) -> PolicyResult:
+        outcomes = [Outcome(True, True, logged_pnl[d.trajectory_id], "buy") for d in decisions.decisions]
+        return PolicyResult("logged agents", "logged", "logged", outcomes, decisions=decisions if own else None)
+
+    model = PolicyResult("m", "model", "m", [Outcome(True, True, 30.0, "buy") for _ in sample.decisions])
+    options = EvalOptions(model="m", dataset="d", resamples=500)
+    widths = {}
+    for own in (False, True):
+        comparison, _ = compare_results([logged(every if own else sample, own), model], sample, options)
+        diff = comparison["logged"]["pnl_per_decision_diff"]
+        widths[own] = diff["high"] - diff["low"]
+        mean = np.mean([logged_pnl[d.trajectory_id] for d in (every if own else sample).decisions])
+        assert diff["value"] == pytest.approx(30.0 - mean)
+    assert widths[True] < widths[False] / 2
+
+
 def test_the_claim_reads_trade_precision_so_holding_is_not_punished():
     """A policy that holds on half its decisions and trades well beats an always-trading constant on P&L and trade
     precision, though direction accuracy (a hold is right only when nothing moves) cannot tell them apart; against a

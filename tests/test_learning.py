@@ -837,6 +837,13 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
     assert news_inputs["teacher_answers"] == "news" and 0 < news_inputs["taught_decisions"] < inputs["taught_decisions"]
     assert news_inputs["trajectory_ids"] == inputs["trajectory_ids"]  # it read what the run on all their answers read
 
+    few = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "few", "--train-decisions", "5",
+                  "--max-steps", "3", "--groups-per-step", "4", "--train-layers", "1")
+    assert few.exit_code == 0, few.output
+    assert json.loads((home / "runs" / "few" / "inputs.json").read_text())["taught_decisions"] == 5  # three steps over five decisions
+    refused = run_cli("train", "--dataset", "d", "--objective", "grpo", "--train-decisions", "5")
+    assert refused.exit_code == 2 and "--train-decisions" in refused.output
+
 
 def test_a_menu_run_starts_from_a_distilled_adapter_that_never_read_its_eval_windows(home, small_llama, run_cli):
     """--init-from: the improvement starts from the distilled adapter's weights, counts what its run read as read, and is

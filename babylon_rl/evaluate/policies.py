@@ -40,18 +40,6 @@ class Policy(Protocol):
 
 
 @dataclass
-class LoggedPolicy:
-    """The behaviour policy: what the logged agents actually answered."""
-
-    answers: list[str]
-    name: str = "logged agents"
-
-    def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
-        on_done(len(prompts))
-        return list(self.answers)
-
-
-@dataclass
 class ConstantPolicy:
     """The same answer at every decision point (the best constant action, constant.py)."""
 
@@ -116,7 +104,13 @@ def _latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def resolve_model(home: Home, value: str) -> ModelRef:
-    """A directory path (or one inside the home), a model name in HOME/models, or a run name in HOME/runs (its latest checkpoint)."""
+    """A directory path (or one inside the home), a model name in HOME/models, a run name in HOME/runs (its latest
+    checkpoint), or one of a run's checkpoints as `serve` names them (RUN@STEP, RUN@best, RUN@merged)."""
+    from babylon_rl.serve.registry import RUN_AT, checkpoint_path  # the registry imports this module
+
+    match = RUN_AT.match(value)
+    if match and (home.runs / match["run"]).is_dir():
+        value = str(checkpoint_path(home, match["run"], match["which"])[1])
     candidates = [Path(value).expanduser(), home.root / value, home.models / value]
     if (home.runs / value).is_dir():
         latest = _latest_checkpoint(home.runs / value)

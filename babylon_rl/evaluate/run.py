@@ -27,7 +27,7 @@ from babylon_rl.evaluate.constant import CONSTANT_SHARES, ConstantChoice, best_c
 from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
 from babylon_rl.evaluate.policies import (
     ReaderPolicy,
-    ConstantPolicy, EndpointPolicy, LocalPolicy, LoggedPolicy, MenuPolicy, ModelRef, Policy, default_baseline, resolve_model,
+    ConstantPolicy, EndpointPolicy, LocalPolicy, MenuPolicy, ModelRef, Policy, default_baseline, resolve_model,
 )
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
@@ -80,6 +80,8 @@ class PolicyResult:
     metrics: dict[str, Interval] = field(default_factory=dict)
     action_shares: dict[str, float] = field(default_factory=dict)
     failed_requests: int = 0
+    # the decisions it answered where they are not the eval's sample: the logged agents' every held-out decision
+    decisions: EvalSet | None = field(default=None, repr=False)
 
     @property
     def top_answer(self) -> tuple[str, float]:
@@ -159,7 +161,7 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         constant = replace(constant, answer=resized(constant.answer, options.menu_shares))
     model_policy, ref = _model_policy(home, options)
     prompts = [d.request for d in eval_set.decisions]
-    policies: list[tuple[str, Policy]] = [("logged", LoggedPolicy([d.logged_answer for d in eval_set.decisions]))]
+    policies: list[tuple[str, Policy]] = []
     if constant:
         policies.append(("constant", ConstantPolicy(constant.answer, f"best constant: {answer_key(parse_action(constant.answer))}")))
     reader = _reader_policy(prompts, constant.answer, options.menu_shares) if constant else None
@@ -175,7 +177,7 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     if options.menu_shares:
         policies = _menu_policies(policies, eval_set, options, home.frozen_states)
 
-    results = []
+    results = [logged_reference(every_decision, eval_set, options)]
     for role, policy in policies:
         progress = on_policy(policy.name, len(prompts)) if on_policy else (lambda n: None)
         answers = policy.answer(prompts, progress)
@@ -188,6 +190,17 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
                       ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design,
                       teachers)
+
+
+def logged_reference(every_decision: EvalSet, eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
+    """The logged agents on every held-out decision of the eval's windows, not only the sampled ones: pricing a logged
+    answer needs no model, and their P&L is heavy-tailed (one agent's bet can pay thousands), so one decision a window
+    gives an interval ten times as wide as all of them do (docs/EVALUATION.md). Still paired by window with the models:
+    each resample takes the same windows for both, the model's mean over its sampled decisions, theirs over all."""
+    answered = every_decision if every_decision.windows == eval_set.windows else eval_set
+    result = _scored("logged", "logged agents", "logged", [d.logged_answer for d in answered.decisions], answered, options)
+    result.decisions = answered if answered is not eval_set else None
+    return result
 
 
 def run_teachers(run_dir: Path) -> list[str]:
@@ -323,8 +336,9 @@ def _scored(role: str, name: str, model: str, answers: list[str], eval_set: Eval
 
 
 # -- statistics -------------------------------------------------------------------------
-def _per_window(outcomes: list[Outcome], eval_set: EvalSet) -> dict[str, np.ndarray]:
-    index = {w: i for i, w in enumerate(eval_set.windows)}
+def _per_window(outcomes: list[Outcome], eval_set: EvalSet, windows: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Each window's totals (in the order of `windows`, by default the set's own) of the outcomes of `eval_set`'s decisions."""
+    index = {w: i for i, w in enumerate(windows or eval_set.windows)}
     totals = {k: np.zeros(len(index)) for k in ("decisions", "correct", "pnl", "valid", "trades", "right_trades")}
     for decision, outcome in zip(eval_set.decisions, outcomes):
         i = index[decision.window_id]
@@ -339,7 +353,7 @@ def _per_window(outcomes: list[Outcome], eval_set: EvalSet) -> dict[str, np.ndar
 
 
 def _summarise(result: PolicyResult, eval_set: EvalSet, indices: np.ndarray) -> None:
-    t = _per_window(result.outcomes, eval_set)
+    t = _per_window(result.outcomes, result.decisions or eval_set, eval_set.windows)
     result.metrics = {
         "direction_accuracy": ratio_interval(t["correct"], t["decisions"], indices),
         "pnl_per_decision": ratio_interval(t["pnl"], t["decisions"], indices),
@@ -361,9 +375,14 @@ def _paired(a_result: PolicyResult, b_result: PolicyResult, eval_set: EvalSet, i
     """a - b on P&L per decision, trade precision and direction accuracy, paired by window, and whether a beats b beyond
     the intervals of P&L AND trade precision (P&L alone where b trades fewer than MIN_TRADES times: its precision
     cannot be estimated)."""
-    a, b = _per_window(a_result.outcomes, eval_set), _per_window(b_result.outcomes, eval_set)
-    acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
-    pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
+    a_set, b_set = a_result.decisions or eval_set, b_result.decisions or eval_set
+    a, b = (_per_window(r.outcomes, s, eval_set.windows) for r, s in ((a_result, a_set), (b_result, b_set)))
+    if a_set is b_set:  # the same decisions: the mean of the differences
+        acc = difference_interval(a["correct"], b["correct"], a["decisions"], indices)
+        pnl = difference_interval(a["pnl"], b["pnl"], a["decisions"], indices)
+    else:  # the same windows, each with its own decisions: the difference of the means
+        acc = ratio_difference_interval(a["correct"], a["decisions"], b["correct"], b["decisions"], indices)
+        pnl = ratio_difference_interval(a["pnl"], a["decisions"], b["pnl"], b["decisions"], indices)
     precision = ratio_difference_interval(a["right_trades"], a["trades"], b["right_trades"], b["trades"], indices)
     estimable = bool(b["trades"].sum() >= MIN_TRADES)
     return {"pnl_per_decision_diff": pnl.to_dict(), "trade_precision_diff": precision.to_dict(),

@@ -79,6 +79,9 @@ class TrainConfig(BaseModel):
     replace_bottom: float | None = Field(None, gt=0, lt=1)
     # validation decisions a selection pass answers (--eval-every, --keep-best, an evolution): drawn once, the same each time
     validation_decisions: int = Field(256, ge=1)
+    # decision objectives: train on at most this many train decisions (after distill's filter), drawn once from the seed;
+    # the frozen blocks cost per distinct decision and a step of --train-layers 1 almost nothing, so epochs are cheap
+    train_decisions: int | None = Field(None, ge=1)
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)  # hyper-parameter -> (lowest, highest)
 
     @model_validator(mode="after")
@@ -93,6 +96,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"--anchor weighs the starting policy's margins in menu-value's fit, not in {self.objective}")
         if self.teacher_answers != "all" and self.objective != "distill":
             raise ValueError(f"--teacher-answers chooses which of the teachers' answers distill imitates, not {self.objective}")
+        if self.train_decisions and not self.on_decisions:
+            raise ValueError(f"--train-decisions draws decisions for the decision objectives, not for {self.objective} over logged conversations")
         if self.population and self.objective not in MENU_OBJECTIVES:
             raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
         return self
@@ -336,11 +341,15 @@ def scheduled(data, schedule: Schedule, total_steps: int) -> list:
 def validation_sample(validation: list, size: int, seed: int) -> list:
     """`size` of the validation split's decisions (all when fewer), drawn once from the seed and kept in split order: every
     selection pass answers the same ones, so that its score moves with the policy and not with the sample."""
-    if len(validation) <= size:
-        return list(validation)
     # seed + 3: the draw populations made before every selection pass shared it, so their earlier runs reproduce
-    drawn = np.random.default_rng(seed + 3).permutation(len(validation))[:size]
-    return [validation[i] for i in sorted(drawn)]
+    return drawn(validation, size, seed + 3)
+
+
+def drawn(decisions: list, size: int, seed: int) -> list:
+    """`size` of `decisions` (all when fewer), drawn from `seed`, in their order."""
+    if len(decisions) <= size:
+        return list(decisions)
+    return [decisions[i] for i in sorted(np.random.default_rng(seed).permutation(len(decisions))[:size])]
 
 
 def _load_data(home: Home, config: TrainConfig):
@@ -353,6 +362,8 @@ def _load_data(home: Home, config: TrainConfig):
             from babylon_rl.train.teachers import choose
 
             data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
+        if config.train_decisions:
+            data = replace(data, train=drawn(data.train, config.train_decisions, config.seed + 4))
         return data
     return load_scored_dataset(home, config.dataset)
 
