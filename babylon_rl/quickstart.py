@@ -56,7 +56,7 @@ class QuickstartOptions:
     train_decisions: int = 640  # distinct train decisions each run reads (distillation: of the teachers' news answers)
     steps: int = 192  # training steps, the same for distillation and the imitation baseline
     groups_per_step: int = 32  # decisions per step
-    learning_rate: float = 3e-3  # one block at 1e-3 moved a third as fast on validation (docs/BENCHMARKS.md, "Quickstart")
+    learning_rate: float = 3e-3  # the one-block student's, measured (docs/BENCHMARKS.md#the-one-block-student); four blocks took 1e-3
     hold_weight: float = 0.3  # a logged hold's weight in both runs' loss: at 1 a student learns to hold (docs/TRAINING.md)
     eval_every: int = 16  # validation passes (selection: the checkpoint kept is the best on validation)
     validation_decisions: int = 256
@@ -221,6 +221,27 @@ def learning_verdict(evaluation) -> list[str]:
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 LEARNING_BENCHMARKS = (RESULTS / "learning-gpu.json", RESULTS / "learning-cpu.json")
 DISTILL_BENCHMARK = RESULTS / "distill-gpu.json"
+HELDOUT_BENCHMARK = RESULTS / "distill-one-block" / "heldout-eval.json"
+
+
+def heldout_benchmark_line(path: Path) -> str | None:
+    """What the one-block student's committed held-out evaluation (docs/BENCHMARKS.md#the-one-block-student) says in one
+    line: its P&L and precision against its teachers', the references it beats on both, the verdict. None outside a
+    checkout."""
+    if not path.exists():
+        return None
+    result = json.loads(path.read_text())
+    figures = {p["role"]: p["metrics"] for p in result["policies"]}
+
+    def of(role: str) -> str:
+        return f"{figures[role]['pnl_per_decision']['value']:+.1f} P&L, {figures[role]['trade_precision']['value']:.2f} precision"
+
+    beaten = [name for role, name in (("baseline", "its base"), ("constant", "the best constant"), ("logged", "the logged agents"),
+                                      ("imitation", "imitation")) if result["comparison"].get(role, {}).get("beats_outside_interval")]
+    verdict = "learning shown" if result["learning_shown"] else "learning NOT shown"
+    return (f"the one-block benchmark ({result['created_at'][:10]}, {result['windows']} held-out windows of a world no training "
+            f"step read): the student {of('model')} against its teachers' {of('teachers')}; it beats {', '.join(beaten) or 'nothing'} "
+            f"on both metrics: {verdict} (docs/BENCHMARKS.md#the-one-block-student)")
 
 
 def benchmark_line(path: Path) -> str | None:
@@ -239,8 +260,8 @@ def benchmark_line(path: Path) -> str | None:
     device = f"one {result['device']}" if "gpu_minutes_to_chosen" in result else result["device"]
     return (f"the learning benchmark ({result['date']}): {result['train_items_seen']:,} training items, {minutes:.1f} min on "
             f"{device}, took held-out direction accuracy from {held_out['baseline']['direction_accuracy']:.3f} to "
-            f"{held_out['model']['direction_accuracy']:.3f} (this run trained on "
-            f"{QuickstartOptions.steps * QuickstartOptions.groups_per_step} decisions); {verdict}. "
+            f"{held_out['model']['direction_accuracy']:.3f} (this run: {QuickstartOptions.steps * QuickstartOptions.groups_per_step:,} "
+            f"items over {QuickstartOptions.train_decisions} decisions); {verdict}. "
             f"Command: {result['command']} (docs/BENCHMARKS.md#learning)")
 
 
@@ -278,7 +299,8 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     else:
         ctx.console.print("[bold red]learning NOT shown[/bold red]: no agent stands out on the train windows, so nothing was "
                           "distilled and nothing is claimed")
-    for benchmark in [*(benchmark_line(path) for path in LEARNING_BENCHMARKS), distill_benchmark_line(DISTILL_BENCHMARK)]:
+    for benchmark in [heldout_benchmark_line(HELDOUT_BENCHMARK), *(benchmark_line(path) for path in LEARNING_BENCHMARKS),
+                      distill_benchmark_line(DISTILL_BENCHMARK)]:
         if benchmark:
             ctx.console.print(benchmark)
     table = Table(show_header=False, title=f"artifacts ({sum(result.stages.values()):.0f}s in all)")

@@ -86,6 +86,24 @@ def test_the_distillation_benchmark_line_quotes_the_committed_result(tmp_path) -
     assert distill_benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
 
 
+def test_the_one_block_benchmark_line_quotes_the_committed_held_out_eval(tmp_path) -> None:
+    from babylon_rl.quickstart import HELDOUT_BENCHMARK, heldout_benchmark_line
+
+    result = json.loads(HELDOUT_BENCHMARK.read_text())
+    line = heldout_benchmark_line(HELDOUT_BENCHMARK)
+    model = next(p for p in result["policies"] if p["role"] == "model")["metrics"]
+    assert f"the student {model['pnl_per_decision']['value']:+.1f} P&L, {model['trade_precision']['value']:.2f} precision" in line
+    assert f"{result['windows']} held-out windows" in line and line.endswith(("learning shown (docs/BENCHMARKS.md#the-one-block-student)",
+                                                                             "learning NOT shown (docs/BENCHMARKS.md#the-one-block-student)"))
+    assert ("the logged agents" in line) == result["comparison"]["logged"]["beats_outside_interval"]
+    result |= {"learning_shown": False}
+    result["comparison"]["logged"]["beats_outside_interval"] = False
+    (tmp_path / "eval.json").write_text(json.dumps(result))
+    changed = heldout_benchmark_line(tmp_path / "eval.json")
+    assert "learning NOT shown" in changed and "the logged agents" not in changed
+    assert heldout_benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
+
+
 def test_the_commands_defaults_are_the_quickstarts() -> None:
     """`cli.py quickstart` without options runs exactly QuickstartOptions() (a default changed in one place only
     once made the quickstart replay 1 decision per window where its design, and its test, say 2)."""

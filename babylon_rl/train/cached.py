@@ -259,8 +259,8 @@ class StatesOnDisk:
     with native bf16, ~1.2 s without), and a user reruns `train` on the same dataset with other settings, then `eval`s,
     again and again. Keyed as `SharedStates` is (the base model's files and times, the trained blocks, the bottom's
     dtype, the packed sequence) and by the device kind and torch version, so a state is read back only where it is
-    exactly what would be computed. Written to a temporary name, then renamed: a kill leaves a whole file or none. The least recently
-    used go first beyond `budget` bytes.
+    exactly what would be computed. Written to a temporary name, then renamed: a kill leaves a whole file or none.
+    The least recently used go first beyond `budget` bytes.
     """
 
     def __init__(self, directory: Path, device: str, budget: int = STATES_ON_DISK_BYTES) -> None:
@@ -317,13 +317,12 @@ class StatesOnDisk:
             f.unlink(missing_ok=True)
 
 
-def fill_states(split: SplitModel, model: tuple, items: list[MenuItem], batch: int, device: str, disk: StatesOnDisk | None,
-                on_done: Callable[[int], None] = lambda n: None) -> None:
+def fill_states(split: SplitModel, model: tuple, items: list[MenuItem], batch: int, device: str, disk: StatesOnDisk | None) -> None:
     """Each item's frozen states: from this process's earlier trainers, else from disk, else computed (and kept for both)."""
     SHARED_STATES.fill(model, items)
     if disk is not None:
-        on_done(disk.fill(model, items))
-    cache_states(split, items, batch, device, on_done)
+        disk.fill(model, items)
+    cache_states(split, items, batch, device)
     SHARED_STATES.keep(model, items)
     if disk is not None:
         disk.keep(model, items)

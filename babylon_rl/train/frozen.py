@@ -192,7 +192,7 @@ def _block_at_rows(layer, hidden, rotary, mask, rows):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
     attn = layer.self_attn
-    batch, length, size = hidden.shape
+    batch, length, _ = hidden.shape
 
     def at_rows(x):
         return x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
