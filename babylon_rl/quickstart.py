@@ -159,7 +159,7 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
         report = ctx.report(NAME)
     result.artifacts = artifacts | {
         "imitation run": str(ctx.home.runs / IMITATION),
-        "run": str(trained.run_dir), "adapter": str(trained.checkpoints[-1]) if trained.checkpoints else "",
+        "run": str(trained.run_dir), "adapter": str(trained.best_checkpoint or (trained.checkpoints[-1] if trained.checkpoints else "")),
         "eval": str(trained.run_dir / "eval.json"), "report": str(report),
     }
     _finish(ctx, options, result)
