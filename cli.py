@@ -522,16 +522,20 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--base-model", default="smollm2-135m", show_default=True,
               help="A local model directory, a name in HOME/models (smollm2-135m is made on first use), or a hub id.")
 @click.option("--run-name", help="Letters, digits, - _ . (default DATASET-BACKEND); the run lives in HOME/runs/RUN.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-4, show_default=True,
-              help="For LoRA on SmolLM2 (the default); about 1e-3 for a tiny model, 5e-6 for full fine-tuning of a larger one.")
-@click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: one epoch).")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True),
+              help="Default: 3e-3 for distill and menu-imitate (one block), else 2e-4 (LoRA on SmolLM2); about 1e-3 for a tiny "
+                   "model, 5e-6 for full fine-tuning of a larger one.")
+@click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: 192 for distill and menu-imitate, else one epoch).")
 @click.option("--epochs", type=click.IntRange(min=1), help="Passes over the training windows; wins over --max-steps.")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=8, show_default=True,
-              help="GRPO groups per step: windows of logged trajectories, or with --on-policy decisions (each with --samples answers).")
+@click.option("--groups-per-step", type=click.IntRange(min=1),
+              help="GRPO groups per step: windows of logged trajectories, or with --on-policy decisions (each with --samples "
+                   "answers); decisions per step for the menu objectives. Default: 32 for distill and menu-imitate, else 8.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--eval-every", type=click.IntRange(min=1), help="Evaluate on the validation split every N steps (never eval.parquet).")
-@click.option("--keep-best", is_flag=True, help="Keep only the checkpoint best on the validation split (and the latest, for --resume); "
-              "with --eval-every every evaluated step is a checkpoint it can choose.")
+@click.option("--eval-every", type=click.IntRange(min=1),
+              help="Evaluate on the validation split every N steps (never eval.parquet). Default: 16 for distill and menu-imitate.")
+@click.option("--keep-best/--no-keep-best", default=None,
+              help="Keep only the checkpoint best on the validation split (and the latest, for --resume); with --eval-every "
+                   "every evaluated step is a checkpoint it can choose. Default: on for distill and menu-imitate.")
 @click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings; --max-steps or --epochs makes it longer.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--kl-coef", type=click.FloatRange(min=0), default=0.0, show_default=True, help="KL penalty to the base model.")
@@ -544,8 +548,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "priced by the window's ground truth (GRPO on its own actions). Without it: the logged trajectories' scores.")
 @click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="--on-policy: answers per decision (the group).")
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True, help="--on-policy: sampling temperature.")
-@click.option("--train-layers", type=click.IntRange(min=0), default=4, show_default=True,
-              help="LoRA on the top N blocks only (the frozen blocks below cost no backward pass and keep no activations); 0 = all.")
+@click.option("--train-layers", type=click.IntRange(min=0),
+              help="LoRA on the top N blocks only (the frozen blocks below cost no backward pass and keep no activations); "
+                   "0 = all. Default: 1 for distill and menu-imitate, else 4.")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Logged path: padded tokens per forward pass; lower it when train says the step does not fit in memory.")
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
@@ -586,15 +591,16 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--train-decisions", type=click.IntRange(min=1),
               help="Decision objectives: train on at most N of the train decisions (after distill's filter), drawn once from "
                    "--seed. The frozen blocks cost per distinct decision and a step of --train-layers 1 almost nothing, so "
-                   "many epochs over fewer decisions fit a CPU budget (docs/TRAINING.md).")
+                   "many epochs over fewer decisions fit a CPU budget (docs/TRAINING.md). Default: 640 for distill and "
+                   "menu-imitate, else all.")
 @click.option("--bound", "bounds", multiple=True, metavar="NAME=LOW:HIGH",
               help="--population: where mutation may take a hyper-parameter (learning_rate, lora_r, lora_alpha, batch, ema, "
                    "reward_temperature, imitation_weight); repeatable.")
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
-@click.option("--hold-weight", type=click.FloatRange(0, 1), default=1.0, show_default=True,
-              help="distill, menu-imitate: a logged hold's weight in the loss against a logged trade's 1; 0 learns from the "
-                   "teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
+@click.option("--hold-weight", type=click.FloatRange(0, 1),
+              help="distill, menu-imitate: a logged hold's weight in the loss against a logged trade's 1 (default 0.3); 0 "
+                   "learns from the teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--trade-cost", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="menu, menu-pg, menu-value: taken off every trade's reward in the training target (validation and eval "
                    "price trades as they are): a trade must pay this much on average to rank above hold.")
@@ -602,8 +608,8 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
               help="menu-value: the starting policy's margins (--init-from) as a prior of this weight against the rewards' 1: "
                    "each margin is fitted to (reward / T + anchor x its starting margin) / (1 + anchor), so what the "
                    "student holds on with confidence stays held unless the rewards disagree.")
-@click.option("--teacher-answers", type=click.Choice(["all", "news"]), default="all", show_default=True,
-              help="distill: which of the teachers' train answers it imitates: all, or news = their trades of the stock the "
+@click.option("--teacher-answers", type=click.Choice(["all", "news"]),
+              help="distill: which of the teachers' train answers it imitates (default news): all, or news = their trades of the stock the "
                    "latest headline of the last 30 minutes names and their holds where no headline is that fresh (the "
                    "answers a reader of the prompt can reproduce; docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
@@ -799,12 +805,14 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1), default=192, show_default=True,
-              help="Training steps (distillation and the imitation baseline alike; the checkpoint best on validation is evaluated).")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=32, show_default=True, help="Decisions per step.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
-@click.option("--train-decisions", type=click.IntRange(min=1), default=640, show_default=True,
-              help="Distinct train decisions each training run reads (their frozen states are what a run costs).")
+@click.option("--steps", type=click.IntRange(min=1),
+              help="Training steps (distillation and the imitation baseline alike; the checkpoint best on validation is "
+                   "evaluated). Default: train's distill recipe.")
+@click.option("--groups-per-step", type=click.IntRange(min=1), help="Decisions per step. Default: train's distill recipe.")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), help="Default: train's distill recipe.")
+@click.option("--train-decisions", type=click.IntRange(min=1),
+              help="Distinct train decisions each training run reads (their frozen states are what a run costs). Default: "
+                   "train's distill recipe.")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,

@@ -49,17 +49,12 @@ class QuickstartOptions:
     windows: int = 960
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
-    # LoRA on the top block only: nothing follows it, so it runs at the menu's ~12 choice positions of a decision's ~330
-    # (train/frozen.py) and a step of 32 costs ~0.5 s; what costs is each distinct decision's frozen states, ~0.3 s once
-    # with native bf16. So both runs take many epochs over `train_decisions` decisions, checkpoints chosen on validation.
-    train_layers: int = 1
-    train_decisions: int = 640  # distinct train decisions each run reads (distillation: of the teachers' news answers)
-    steps: int = 192  # training steps, the same for distillation and the imitation baseline
-    groups_per_step: int = 32  # decisions per step
-    learning_rate: float = 3e-3  # the one-block student's, measured (docs/BENCHMARKS.md#the-one-block-student); four blocks took 1e-3
-    hold_weight: float = 0.3  # a logged hold's weight in both runs' loss: at 1 a student learns to hold (docs/TRAINING.md)
-    eval_every: int = 16  # validation passes (selection: the checkpoint kept is the best on validation)
-    validation_decisions: int = 256
+    # Training is `train`'s own recipe for distill and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
+    # from frozen states, many epochs over few decisions, the checkpoint chosen on validation); None keeps the recipe's.
+    steps: int | None = None  # training steps, the same for distillation and the imitation baseline
+    groups_per_step: int | None = None  # decisions per step
+    learning_rate: float | None = None
+    train_decisions: int | None = None  # distinct train decisions each run reads: their frozen states are what a run costs
     shares: int = 50  # the menu's trade size, and the references' in the eval
     validation_fraction: float = 0.1
     eval_fraction: float = 0.5  # the latest 480 windows
@@ -136,9 +131,7 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
         ctx.score(NAME, ScoreOptions(judge="heuristic"))
     common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
                   groups_per_step=options.groups_per_step, max_steps=options.steps, shares=options.shares, seed=options.seed,
-                  device=options.device, train_layers=options.train_layers, train_decisions=options.train_decisions,
-                  hold_weight=options.hold_weight, eval_every=options.eval_every, keep_best=True,
-                  validation_decisions=options.validation_decisions)
+                  device=options.device, train_decisions=options.train_decisions)
     with _stage(ctx, result, 6, "agents: who stands above its peers on the train windows (the teachers)"):
         teachers = _teachers(ctx)
     artifacts = {"warehouse": mask_url(ctx.database_url) + " -> " + str(ctx.home.warehouse) if ctx.database_url else str(ctx.home.warehouse),
@@ -150,7 +143,7 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
     with _stage(ctx, result, 7, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
         ctx.train(run_name=IMITATION, objective="menu-imitate", **common)
     with _stage(ctx, result, 8, "train --objective distill (the agents the data proves best, from frozen states)"):
-        trained = ctx.train(run_name=NAME, objective="distill", teacher_answers="news", **common)
+        trained = ctx.train(run_name=NAME, objective="distill", **common)
     with _stage(ctx, result, 9, "eval: trained vs base vs imitation vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=f"{NAME}@best", dataset=NAME, imitation=f"{IMITATION}@best", seed=options.seed,
                                                device=options.device,
@@ -219,8 +212,6 @@ def learning_verdict(evaluation) -> list[str]:
 
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
-LEARNING_BENCHMARKS = (RESULTS / "learning-gpu.json", RESULTS / "learning-cpu.json")
-DISTILL_BENCHMARK = RESULTS / "distill-gpu.json"
 HELDOUT_BENCHMARK = RESULTS / "distill-one-block" / "heldout-eval.json"
 
 
@@ -244,48 +235,6 @@ def heldout_benchmark_line(path: Path) -> str | None:
             f"on both metrics: {verdict} (docs/BENCHMARKS.md#the-one-block-student)")
 
 
-def benchmark_line(path: Path) -> str | None:
-    """What a learning benchmark's committed result (`bench_learning_gpu.py score --summary` or `bench_learning.py
-    --summary`) says, in one line: how far training took the model, in how many items and minutes on what, the verdict,
-    and the command. None outside a checkout."""
-    if not path.exists():
-        return None
-    result = json.loads(path.read_text())["news1"]
-    held_out, beats = result["held_out"], result["beats"]
-    beaten = [name for role, name in (("baseline", "its base"), ("constant", "the best constant"), ("logged", "the logged agents"),
-                                      ("imitation", "imitation")) if beats.get(role)]
-    listed = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten) or "no reference"
-    verdict = "learning shown" if result["learning_shown"] else f"learning NOT shown (it beats {listed} on both metrics)"
-    minutes = result.get("gpu_minutes_to_chosen", result.get("minutes_to_chosen"))  # training and its checkpoints
-    device = f"one {result['device']}" if "gpu_minutes_to_chosen" in result else result["device"]
-    return (f"the learning benchmark ({result['date']}): {result['train_items_seen']:,} training items, {minutes:.1f} min on "
-            f"{device}, took held-out direction accuracy from {held_out['baseline']['direction_accuracy']:.3f} to "
-            f"{held_out['model']['direction_accuracy']:.3f} (this run: {QuickstartOptions.steps * QuickstartOptions.groups_per_step:,} "
-            f"items over {QuickstartOptions.train_decisions} decisions); {verdict}. "
-            f"Command: {result['command']} (docs/BENCHMARKS.md#learning)")
-
-
-def distill_benchmark_line(path: Path) -> str | None:
-    """What the distillation benchmark's committed result (`bench_learning_gpu.py score-distill --summary`) says in one
-    line: the distilled, then improved student against its base and its teachers on held-out P&L and trade precision, the
-    references it beats on both, the verdict, the command. None outside a checkout."""
-    if not path.exists():
-        return None
-    result = json.loads(path.read_text())["news1"]
-    held_out, verdict = result["held_out"], result["verdicts"]["model"]
-
-    def figures(role: str) -> str:
-        return f"{held_out[role]['pnl_per_decision']:+.2f} P&L, {held_out[role]['trade_precision']:.3f} precision"
-
-    beaten = [name for role, name in (("baseline", "its base"), ("constant", "the best constant"), ("logged", "the logged agents"),
-                                      ("imitation", "imitation")) if verdict["comparison"][role]["beats_outside_interval"]]
-    shown = "learning shown" if verdict["learning_shown"] else f"learning NOT shown (it beats {' and '.join(beaten) or 'no reference'} on both metrics)"
-    return (f"the distillation benchmark ({result['date']}, one {result['device']}, {result['eval_windows']} held-out windows): "
-            f"its teachers distilled (chosen on validation: step {result['chosen_steps']['distill']}), then improved: "
-            f"{figures('model')} against its base's {figures('baseline')} and its teachers' {figures('teachers')}; {shown}. "
-            f"Command: {result['command']} (docs/BENCHMARKS.md#distillation-then-improvement-on-a-gpu)")
-
-
 def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: QuickstartResult) -> None:
     from babylon_rl.evaluate.table import eval_table
 
@@ -299,10 +248,9 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     else:
         ctx.console.print("[bold red]learning NOT shown[/bold red]: no agent stands out on the train windows, so nothing was "
                           "distilled and nothing is claimed")
-    for benchmark in [heldout_benchmark_line(HELDOUT_BENCHMARK), *(benchmark_line(path) for path in LEARNING_BENCHMARKS),
-                      distill_benchmark_line(DISTILL_BENCHMARK)]:
-        if benchmark:
-            ctx.console.print(benchmark)
+    benchmark = heldout_benchmark_line(HELDOUT_BENCHMARK)
+    if benchmark:
+        ctx.console.print(benchmark)
     table = Table(show_header=False, title=f"artifacts ({sum(result.stages.values()):.0f}s in all)")
     table.add_column("")
     table.add_column("", overflow="fold")

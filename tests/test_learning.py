@@ -806,7 +806,7 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
     result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "r",  # no --objective: distill
-                     "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best",
+                     "--teacher-answers", "all", "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best",
                      "--validation-decisions", "3")
     assert result.exit_code == 0, result.output
     assert json.loads((home / "runs" / "r" / "run.json").read_text())["objective"] == "distill"
@@ -829,7 +829,7 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
         assert {"pnl_per_decision_diff", "trade_precision_diff", "precision_estimable"} <= set(diff)
     assert "its teachers" in evaluation.output and "trade precision" in evaluation.output
 
-    news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n", "--teacher-answers", "news",
+    news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n",  # news: the recipe's default
                    "--max-steps", "1", "--groups-per-step", "4", "--train-layers", "1")
     assert news.exit_code == 0, news.output
     news_inputs = json.loads((home / "runs" / "n" / "inputs.json").read_text())
@@ -893,6 +893,21 @@ def test_the_torch_back_end_distils_by_default_and_art_keeps_grpo():
     assert TrainConfig(dataset="d", backend="art").objective == "grpo"
     assert TrainConfig(dataset="d", on_policy=True).objective == "grpo"
     assert TrainConfig(dataset="d", objective="menu").objective == "menu"
+
+
+def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> None:
+    """`train --dataset NAME` alone runs distill's one-block recipe (the one measured to teach on 2 cores); its imitation
+    baseline gets the same budget; other objectives and back-ends keep the general defaults; what a user gives wins."""
+    from babylon_rl.train.loop import DEFAULTS, RECIPES, TrainConfig
+
+    plain = TrainConfig(dataset="d")
+    assert plain.objective == "distill" and {k: getattr(plain, k) for k in RECIPES["distill"]} == RECIPES["distill"]
+    imitation = TrainConfig(dataset="d", objective="menu-imitate")
+    assert {k: getattr(imitation, k) for k in RECIPES["menu-imitate"]} == {k: getattr(plain, k) for k in RECIPES["menu-imitate"]}
+    for other in (TrainConfig(dataset="d", objective="grpo"), TrainConfig(dataset="d", backend="art"), TrainConfig(dataset="d", objective="menu")):
+        assert {k: getattr(other, k) for k in DEFAULTS} == DEFAULTS and other.max_steps is None and other.train_decisions is None
+    given = TrainConfig(dataset="d", learning_rate=1e-4, train_layers=2, keep_best=False, epochs=3)
+    assert (given.learning_rate, given.train_layers, given.keep_best, given.max_steps, given.hold_weight) == (1e-4, 2, False, None, 0.3)
 
 
 def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(home, small_llama, run_cli):

@@ -51,41 +51,6 @@ def test_quickstart_without_an_agent_that_stands_out_distills_nothing_and_claims
     assert "done train" not in result.output and not (home / "runs" / "quickstart").exists()
 
 
-def test_the_benchmark_line_quotes_the_committed_result(tmp_path) -> None:
-    from babylon_rl.quickstart import LEARNING_BENCHMARKS, benchmark_line
-
-    for path in LEARNING_BENCHMARKS:
-        result = json.loads(path.read_text())
-        line = benchmark_line(path)
-        news = result["news1"]
-        minutes = news.get("gpu_minutes_to_chosen", news.get("minutes_to_chosen"))
-        assert f"{news['train_items_seen']:,} training items, {minutes:.1f} min on" in line and news["device"] in line
-        assert f"{news['held_out']['model']['direction_accuracy']:.3f}" in line and news["command"] in line
-        assert ("learning shown" if news["learning_shown"] else "learning NOT shown") in line
-        news |= {"learning_shown": True}
-        (tmp_path / "result.json").write_text(json.dumps({"news1": news}))
-        assert "learning shown." in benchmark_line(tmp_path / "result.json")
-    assert benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
-
-
-def test_the_distillation_benchmark_line_quotes_the_committed_result(tmp_path) -> None:
-    from babylon_rl.quickstart import DISTILL_BENCHMARK, distill_benchmark_line
-
-    result = json.loads(DISTILL_BENCHMARK.read_text())
-    news = result["news1"]
-    line = distill_benchmark_line(DISTILL_BENCHMARK)
-    for role in ("model", "baseline", "teachers"):
-        assert f"{news['held_out'][role]['pnl_per_decision']:+.2f} P&L, {news['held_out'][role]['trade_precision']:.3f} precision" in line
-    assert news["device"] in line and news["command"] in line and f"{news['eval_windows']} held-out windows" in line
-    beats = news["verdicts"]["model"]["comparison"]
-    assert ("the best constant" in line) == beats["constant"]["beats_outside_interval"]
-    assert ("learning shown" if news["verdicts"]["model"]["learning_shown"] else "learning NOT shown") in line
-    news["verdicts"]["model"]["learning_shown"] = True
-    (tmp_path / "result.json").write_text(json.dumps({"news1": news}))
-    assert "; learning shown." in distill_benchmark_line(tmp_path / "result.json")
-    assert distill_benchmark_line(tmp_path / "absent.json") is None  # outside a checkout: nothing to quote
-
-
 def test_the_one_block_benchmark_line_quotes_the_committed_held_out_eval(tmp_path) -> None:
     from babylon_rl.quickstart import HELDOUT_BENCHMARK, heldout_benchmark_line
 

@@ -473,7 +473,7 @@ class MenuTrainer(Checkpoints):
         if self.plan:
             memory.check(self.plan, f"the menu objective on {Path(base_model).name}",
                          "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
-        memory.bound_allocator()
+        memory.bound_allocator(memory.MENU_MMAP_THRESHOLD)
         self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
         self._disk = StatesOnDisk(states_dir, options.device) if states_dir else None
         self._rng = np.random.default_rng(options.seed)

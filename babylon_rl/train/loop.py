@@ -33,19 +33,29 @@ from babylon_rl.train.writeback import WriteBack
 # the data proves best on train windows (distill, train/teachers.py).
 MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate"}
 
+# What an option left unset means. Distill's recipe is the one-block student measured to teach on 2 cores
+# (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so a step of 32
+# costs ~0.5 s and what costs is each distinct decision's frozen states, paid once; many epochs over 640 of the
+# teachers' news answers, the checkpoint chosen on validation. menu-imitate, its imitation baseline, gets the same budget.
+DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
+_ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
+                  eval_every=16, keep_best=True)
+RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK}
+
 
 class TrainConfig(BaseModel):
     dataset: str
     backend: Literal["torch", "art", "serverless"] = "torch"
     base_model: str = "smollm2-135m"
     run_name: str | None = None
-    learning_rate: float = Field(2e-4, gt=0)  # LoRA on SmolLM2; the tiny model needs ~1e-3
+    # None: the objective's recipe (RECIPES), else DEFAULTS; a --resume run keeps what its first run resolved
+    learning_rate: float | None = Field(None, gt=0)  # LoRA on SmolLM2 (2e-4 by default); the tiny model needs ~1e-3
     max_steps: int | None = Field(None, ge=1)
     epochs: int | None = Field(None, ge=1)  # wins over max_steps
-    groups_per_step: int = Field(8, ge=1)
+    groups_per_step: int | None = Field(None, ge=1)
     checkpoint_every: int = Field(50, ge=1)
     eval_every: int | None = Field(None, ge=1)
-    keep_best: bool = False
+    keep_best: bool | None = None
     resume: bool = False
     seed: int = 0
     kl_coef: float = Field(0.0, ge=0)
@@ -61,11 +71,11 @@ class TrainConfig(BaseModel):
     samples: int = Field(8, ge=2)  # answers per decision (the GRPO group)
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
-    hold_weight: float = Field(1.0, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
+    hold_weight: float | None = Field(None, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
     trade_cost: float = Field(0.0, ge=0)  # menu, menu-pg, menu-value: taken off every trade's reward in the target
     anchor: float = Field(0.0, ge=0)  # menu-value: the starting policy's margins as a prior of this weight (MenuOptions.anchor)
-    teacher_answers: Literal["all", "news"] = "all"  # distill: which of the teachers' answers it imitates (train/teachers.py)
-    train_layers: int = Field(4, ge=0)  # LoRA on the top N blocks; 0 = all
+    teacher_answers: Literal["all", "news"] | None = None  # distill: which of the teachers' answers it imitates (train/teachers.py)
+    train_layers: int | None = Field(None, ge=0)  # LoRA on the top N blocks; 0 = all
     shares: int = Field(50, ge=1)  # menu: the size of each menu trade
     variants: int = Field(1, ge=0)  # menu: renamed copies of each train decision (0: the real names)
     micro_batch: int = Field(4096, ge=1)  # logged path: padded tokens per forward pass
@@ -88,18 +98,22 @@ class TrainConfig(BaseModel):
     def _default_objective(self) -> "TrainConfig":
         if self.objective is None:
             self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
-        if self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate"):
+        if self.hold_weight is not None and self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate"):
             raise ValueError(f"--hold-weight weighs the logged holds of distill and menu-imitate, not {self.objective}")
         if self.trade_cost and self.objective not in ("menu", "menu-pg", "menu-value"):
             raise ValueError(f"--trade-cost prices the trades of menu, menu-pg and menu-value, not {self.objective}")
         if self.anchor and self.objective != "menu-value":
             raise ValueError(f"--anchor weighs the starting policy's margins in menu-value's fit, not in {self.objective}")
-        if self.teacher_answers != "all" and self.objective != "distill":
+        if self.teacher_answers not in (None, "all") and self.objective != "distill":
             raise ValueError(f"--teacher-answers chooses which of the teachers' answers distill imitates, not {self.objective}")
         if self.train_decisions and not self.on_decisions:
             raise ValueError(f"--train-decisions draws decisions for the decision objectives, not for {self.objective} over logged conversations")
         if self.population and self.objective not in MENU_OBJECTIVES:
             raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
+        recipe = RECIPES.get(self.objective, {}) if self.backend == "torch" and not self.on_policy else {}
+        for name, value in (DEFAULTS | recipe).items():
+            if getattr(self, name) is None and not (name == "max_steps" and self.epochs):
+                setattr(self, name, value)
         return self
 
     @property

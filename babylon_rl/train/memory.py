@@ -25,6 +25,10 @@ RUNTIME_BYTES = 700_000_000  # python + torch + transformers + peft + tokenizer 
 VIRTUAL_SLACK = 1_500_000_000  # address space beyond resident memory (mmapped weights file, thread stacks): RLIMIT_AS only
 CHECKPOINT_ABOVE = 2_500_000_000  # a plan above this turns gradient checkpointing on (slower, far less memory)
 MMAP_THRESHOLD = 128 * 1024  # glibc: larger allocations are mmapped and returned on free (see bound_allocator)
+# The menu objectives' transients are one block's at a time: a low threshold there only turns every tensor into an
+# mmap and its first touch into page faults (828 s of the quickstart's 2,779 CPU seconds were the kernel's, at 128 KiB);
+# at 256 MiB a menu run's system time fell 21.4 -> 2.1 s for +78 MB of peak RSS (docs/TRAINING.md, "Memory")
+MENU_MMAP_THRESHOLD = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -171,12 +175,12 @@ def check(step: Plan, what: str, remedy: str = LOGGED_REMEDY) -> None:
             f"{remedy}, or free memory")
 
 
-def bound_allocator() -> None:
+def bound_allocator(threshold: int = MMAP_THRESHOLD) -> None:
     """glibc keeps freed blocks under its (growing) mmap threshold in its heaps, so a step's transient tensors
     pile up as resident memory (+0.8-1.8 GB at SmolLM2's first steps); a fixed threshold returns them."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return
     try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+        ctypes.CDLL("libc.so.6").mallopt(-3, threshold)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass  # not glibc
