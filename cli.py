@@ -800,19 +800,19 @@ def improve(obj: BabylonContext, **options) -> None:
 
 @cli.command()
 @click.option("--agents", type=click.IntRange(min=5), default=10, show_default=True, help="Simulated agents (each plays every window).")
-@click.option("--windows", type=click.IntRange(min=10), default=960, show_default=True,
+@click.option("--windows", type=click.IntRange(min=10), default=480, show_default=True,
               help="Simulated one-hour windows: the first 40 % train, the next 10 % validation, the latest 50 % held out.")
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1),
+@click.option("--steps", type=click.IntRange(min=1), default=256, show_default=True,
               help="Training steps (distillation and the imitation baseline alike; the checkpoint best on validation is "
-                   "evaluated). Default: train's distill recipe.")
-@click.option("--groups-per-step", type=click.IntRange(min=1), help="Decisions per step. Default: train's distill recipe.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), help="Default: train's distill recipe.")
-@click.option("--train-decisions", type=click.IntRange(min=1),
-              help="Distinct train decisions each training run reads (their frozen states are what a run costs). Default: "
-                   "train's distill recipe.")
+                   "evaluated).")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=None, help="Decisions per step. Default: train's distill recipe.")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Default: train's distill recipe.")
+@click.option("--train-decisions", type=click.IntRange(min=1), default=320, show_default=True,
+              help="Distinct train decisions each training run reads (their frozen states are what a run costs; train's "
+                   "recipe reads 640).")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,

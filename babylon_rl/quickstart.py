@@ -43,21 +43,23 @@ class QuickstartOptions:
     agents: int = 10
     # Many windows, one held-out decision each: decisions of one window share its market moves, so the eval's
     # interval (a bootstrap over windows) narrows with windows, not decisions. 24 held-out windows x 6 decisions
-    # could not recognise even the rule that reads the news; 120 x 2 could, but not a student half as good over the
-    # best constant; 480 x 1 resolve it (docs/EVALUATION.md;
-    # tests/test_learning.py::test_the_quickstarts_eval_design_recognises_a_news_reader).
-    windows: int = 960
+    # could not recognise even the rule that reads the news; 240 x 1 resolve its lead over the best constant,
+    # +41 [+18, +62] (docs/EVALUATION.md; tests/test_learning.py::test_the_quickstarts_eval_design_recognises_a_news_reader).
+    windows: int = 480
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
     # Training is `train`'s own recipe for distill and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
-    # from frozen states, many epochs over few decisions, the checkpoint chosen on validation); None keeps the recipe's.
-    steps: int | None = None  # training steps, the same for distillation and the imitation baseline
+    # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), sized to 10 minutes on 2
+    # cores: each distinct decision's frozen states cost ~0.3 s once, a step of 32 ~0.25 s (docs/BENCHMARKS.md#quickstart).
+    steps: int | None = 256  # training steps, the same for distillation and the imitation baseline (None: the recipe's)
     groups_per_step: int | None = None  # decisions per step
     learning_rate: float | None = None
-    train_decisions: int | None = None  # distinct train decisions each run reads: their frozen states are what a run costs
+    train_decisions: int | None = 320  # distinct train decisions each run reads: their frozen states are what a run costs
+    validation_decisions: int = 128  # each selection pass's, every `eval_every` steps
+    eval_every: int = 32
     shares: int = 50  # the menu's trade size, and the references' in the eval
     validation_fraction: float = 0.1
-    eval_fraction: float = 0.5  # the latest 480 windows
+    eval_fraction: float = 0.5  # the latest 240 windows
     eval_decisions_per_window: int = 1
     base_model: str = "smollm2-135m"
     device: str = "auto"
@@ -131,7 +133,8 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
         ctx.score(NAME, ScoreOptions(judge="heuristic"))
     common = dict(dataset=NAME, backend="torch", base_model=options.base_model, learning_rate=options.learning_rate,
                   groups_per_step=options.groups_per_step, max_steps=options.steps, shares=options.shares, seed=options.seed,
-                  device=options.device, train_decisions=options.train_decisions)
+                  device=options.device, train_decisions=options.train_decisions, validation_decisions=options.validation_decisions,
+                  eval_every=options.eval_every)
     with _stage(ctx, result, 6, "agents: who stands above its peers on the train windows (the teachers)"):
         teachers = _teachers(ctx)
     artifacts = {"warehouse": mask_url(ctx.database_url) + " -> " + str(ctx.home.warehouse) if ctx.database_url else str(ctx.home.warehouse),

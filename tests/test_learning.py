@@ -433,6 +433,30 @@ def test_a_bf16_bottom_runs_on_a_copy_and_gives_the_float32_states_within_bf16_p
     assert {p.dtype for p in model.parameters()} == {torch.float32}, "the model a merged checkpoint is saved from is untouched"
 
 
+def test_a_batchs_shared_opening_runs_once_and_gives_the_same_frozen_states(small_llama: Path):
+    """Packs of one batch that open alike (the system prompt) run that opening once, for one row, the rest of every row
+    attending to its keys and values: the same frozen states as the whole batch run row by row, padding included."""
+    import torch
+
+    from babylon_rl.train.cached import MenuOptions, make_items
+    from babylon_rl.train.frozen import SplitModel, layout, shared_prefix
+    from babylon_rl.train.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(str(small_llama), "cpu")
+    tasks = [_menu_task(news) for news in ("ACME: Acme Corp beats earnings expectations", "BOLT: Bolt recalls its trucks after a "
+                                           "long investigation into brakes", "CRUX: Crux wins")]
+    packs = [i.packed for i in make_items(tokenizer, tasks, MenuOptions(variants=0), 0, np.random.default_rng(0))]
+    assert len({len(p) for p in packs}) > 1, "packs of different lengths: padding is part of what is compared"
+    shared = shared_prefix(packs)
+    assert 30 < shared < min(p.prompt_len for p in packs)
+    assert shared_prefix([packs[0], packs[0]]) == packs[0].prompt_len - 1
+    ids, positions, mask = layout(packs, "cpu")
+    split = SplitModel(model, 1)
+    once, each = split.bottom(ids, positions, mask, shared), split.bottom(ids, positions, mask)
+    for row, p in enumerate(packs):
+        assert torch.allclose(once[row, : len(p)], each[row, : len(p)], atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("store_bf16", [False, True])
 def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2: Path, store_bf16: bool):
     """The frozen blocks' output computed once (as the trainer does: kept in bf16, computed in bf16 where that is native;

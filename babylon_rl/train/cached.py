@@ -47,12 +47,15 @@ from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
-from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack
+from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack, shared_prefix
 from babylon_rl.train.decisions import Task, longest_prompts
 from babylon_rl.train.torch_backend import Checkpoints
 
 
 LENGTH_SAMPLE = 64  # tasks packed to estimate the frozen states' size before training
+# Frozen states are computed in batches of prompts that open alike: this many first tokens hold the system prompt with its
+# example ticker (evaluate/prompts.py: 32 tokens in), one of as many variants as the game has stocks
+OPENING = 64
 SHARED_STATES_BYTES = 512 << 20  # the most frozen states `SharedStates` keeps for the next trainer of a process (~1,300 decisions)
 STATES_ON_DISK_BYTES = 8 << 30  # the most `StatesOnDisk` keeps (~20,000 decisions of SmolLM2's ~340 packed tokens)
 
@@ -197,14 +200,18 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
 
 
 def cache_states(split: SplitModel, items: list[MenuItem], batch: int, device: str, on_done: Callable[[int], None] = lambda n: None) -> None:
-    """Fill each item's `states`: the frozen blocks run once over its packed sequence (items of similar length batched)."""
+    """Fill each item's `states`: the frozen blocks run once over its packed sequence. Items are batched by their opening
+    (`OPENING` tokens: the system prompt up to its example ticker), then by length, and a batch's shared opening runs once
+    (`SplitModel.bottom`)."""
     import torch
 
-    todo = sorted((i for i, item in enumerate(items) if item.states is None), key=lambda i: len(items[i].packed))
+    todo = sorted((i for i, item in enumerate(items) if item.states is None),
+                  key=lambda i: (items[i].packed.ids[:OPENING], len(items[i].packed)))
     for start in range(0, len(todo), batch):
         chunk = [items[i] for i in todo[start : start + batch]]
-        ids, positions, mask = layout([c.packed for c in chunk], device)
-        states = split.bottom(ids, positions, mask)
+        packs = [c.packed for c in chunk]
+        ids, positions, mask = layout(packs, device)
+        states = split.bottom(ids, positions, mask, shared_prefix(packs) if len(packs) > 1 else 0)
         for row, item in zip(states, chunk):
             item.states = row[: len(item.packed)].to(torch.bfloat16).clone()  # where they were computed: a GPU keeps them
         on_done(len(chunk))

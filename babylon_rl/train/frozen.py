@@ -157,13 +157,27 @@ class SplitModel:
             self._bottom_copy = tuple(copy.deepcopy(m).to(self.bottom_dtype) for m in modules)
         return self._bottom_copy
 
-    def bottom(self, ids, positions, mask):
-        """The hidden state entering the first trained block, without gradients."""
+    def bottom(self, ids, positions, mask, shared: int = 0):
+        """The hidden state entering the first trained block, without gradients. `shared`: how many first positions
+        every row has alike (the same tokens at positions 0.., seeing only each other, as a batch of prompts that open
+        with one system prompt): they run once, for row 0, and the other positions attend to their keys and values.
+        The same states as without it (tests/test_learning.py); a third of the quickstart's prompt is its system prompt."""
         import torch
 
         embed, layers = self._bottom_modules()
         with torch.no_grad():
-            return self._blocks(embed(ids), positions, mask, layers)
+            if shared < 1:
+                return self._blocks(embed(ids), positions, mask, layers)
+            head, rest = embed(ids[:1, :shared]), embed(ids[:, shared:])
+            head_rotary = self.decoder.rotary_emb(head, position_ids=positions[:1, :shared])
+            rest_rotary = self.decoder.rotary_emb(rest, position_ids=positions[:, shared:])
+            head_mask, rest_mask = mask[:1, :, :shared, :shared].to(head.dtype), mask[:, :, shared:, :].to(head.dtype)
+            rows = ids.shape[0]
+            for layer in layers:
+                head, keys, values = _block_with_keys(layer, head, head_rotary, head_mask)
+                rest, _, _ = _block_with_keys(layer, rest, rest_rotary, rest_mask,
+                                              (keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)))
+            return torch.cat([head.expand(rows, -1, -1), rest], 1)
 
     def top(self, states, positions, mask):
         """The final (normed) hidden states from the bottom's output: the trained blocks, then the norm."""
@@ -183,6 +197,39 @@ class SplitModel:
         rows = torch.tensor([[min(p.prompt_len - 1 + q, len(p) - 1) for q in range(width)] for p in packs], device=states.device)
         rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
         return self.decoder.norm(_block_at_rows(upper[-1], hidden, rotary, mask, rows))
+
+
+def _block_with_keys(layer, hidden, rotary, mask, before=None):
+    """A Llama decoder block over `hidden`, its rows also attending to the (rotated) keys and values `before` them, which
+    come first in `mask`'s columns; returns its output and its own keys and values (rotated: what later rows attend to)."""
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+
+    attn = layer.self_attn
+    batch, length, _ = hidden.shape
+
+    def heads(x):
+        return x.view(batch, length, -1, attn.head_dim).transpose(1, 2)
+
+    normed = layer.input_layernorm(hidden)
+    queries, keys = apply_rotary_pos_emb(heads(attn.q_proj(normed)), heads(attn.k_proj(normed)), *rotary)
+    values = heads(attn.v_proj(normed))
+    seen_keys, seen_values = (torch.cat([before[0], keys], 2), torch.cat([before[1], values], 2)) if before else (keys, values)
+    attended = torch.nn.functional.scaled_dot_product_attention(
+        queries, repeat_kv(seen_keys, attn.num_key_value_groups), repeat_kv(seen_values, attn.num_key_value_groups),
+        attn_mask=mask, scale=attn.scaling)
+    out = hidden + attn.o_proj(attended.transpose(1, 2).reshape(batch, length, -1))
+    return out + layer.mlp(layer.post_attention_layernorm(out)), keys, values
+
+
+def shared_prefix(packs: list[Packed]) -> int:
+    """How many first tokens all `packs` share, within every one's prompt and short of its last token."""
+    first = packs[0].ids
+    limit = min(p.prompt_len for p in packs) - 1
+    shared = 0
+    while shared < limit and all(p.ids[shared] == first[shared] for p in packs):
+        shared += 1
+    return shared
 
 
 def _block_at_rows(layer, hidden, rotary, mask, rows):
