@@ -805,9 +805,9 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1), default=256, show_default=True,
+@click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Training steps (distillation and the imitation baseline alike; the checkpoint best on validation is "
-                   "evaluated).")
+                   "evaluated). Default: train's distill recipe (192).")
 @click.option("--groups-per-step", type=click.IntRange(min=1), default=None, help="Decisions per step. Default: train's distill recipe.")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Default: train's distill recipe.")
 @click.option("--train-decisions", type=click.IntRange(min=1), default=320, show_default=True,

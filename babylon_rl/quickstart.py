@@ -51,7 +51,7 @@ class QuickstartOptions:
     # Training is `train`'s own recipe for distill and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
     # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), sized to 10 minutes on 2
     # cores: each distinct decision's frozen states cost ~0.3 s once, a step of 32 ~0.25 s (docs/BENCHMARKS.md#quickstart).
-    steps: int | None = 256  # training steps, the same for distillation and the imitation baseline (None: the recipe's)
+    steps: int | None = None  # training steps, the same for distillation and the imitation baseline
     groups_per_step: int | None = None  # decisions per step
     learning_rate: float | None = None
     train_decisions: int | None = 320  # distinct train decisions each run reads: their frozen states are what a run costs
