@@ -35,7 +35,7 @@ MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value"
 
 # What an option left unset means. Distill's recipe is the one-block student measured to teach on 2 cores
 # (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so a step of 32
-# costs ~0.5 s and what costs is each distinct decision's frozen states, paid once; many epochs over 640 of the
+# costs ~0.25 s and what costs is each distinct decision's frozen states (~0.3 s), paid once; many epochs over 640 of the
 # teachers' news answers, the checkpoint chosen on validation. menu-imitate, its imitation baseline, gets the same budget.
 DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
 _ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
