@@ -932,6 +932,8 @@ def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> N
         assert {k: getattr(other, k) for k in DEFAULTS} == DEFAULTS and other.max_steps is None and other.train_decisions is None
     given = TrainConfig(dataset="d", learning_rate=1e-4, train_layers=2, keep_best=False, epochs=3)
     assert (given.learning_rate, given.train_layers, given.keep_best, given.max_steps, given.hold_weight) == (1e-4, 2, False, None, 0.3)
+    resumed = TrainConfig(dataset="d", resume=True)  # the saved config runs: no recipe length may pass for a new one
+    assert resumed.max_steps is None and resumed.learning_rate is None
 
 
 def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(home, small_llama, run_cli):

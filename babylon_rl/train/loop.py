@@ -110,6 +110,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"--train-decisions draws decisions for the decision objectives, not for {self.objective} over logged conversations")
         if self.population and self.objective not in MENU_OBJECTIVES:
             raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
+        if self.resume:  # the run's saved config is what runs (`run_dir`): a recipe's length must not pass for a new one
+            return self
         recipe = RECIPES.get(self.objective, {}) if self.backend == "torch" and not self.on_policy else {}
         for name, value in (DEFAULTS | recipe).items():
             if getattr(self, name) is None and not (name == "max_steps" and self.epochs):
