@@ -556,7 +556,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill"]),
+@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill", "hindsight"]),
               help="Default: distill on the torch back-end (a step costs seconds), grpo on art/serverless and with "
                    "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
@@ -570,7 +570,10 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "windows; it also finds the paying answers the policy never gives); "
                    "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline; "
                    "distill = the same, fitted only to the answers of the agents that stand above their peers on the train "
-                   "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents).")
+                   "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents); "
+                   "hindsight = the same, fitted where the prompt's latest fresh headline names a stock to the trade of "
+                   "it that paid (buy if it rose, sell if it fell), elsewhere to hold: every agent's decisions, and "
+                   "--init-from a distilled run improves on its teachers (docs/TRAINING.md#hindsight-on-the-named-stock).")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
 @click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
@@ -599,7 +602,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
 @click.option("--hold-weight", type=click.FloatRange(0, 1),
-              help="distill, menu-imitate: a logged hold's weight in the loss against a logged trade's 1 (default 0.3); 0 "
+              help="distill, menu-imitate, hindsight: a hold label's weight in the loss against a trade's 1 (default 0.3); 0 "
                    "learns from the teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--trade-cost", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="menu, menu-pg, menu-value: taken off every trade's reward in the training target (validation and eval "
@@ -806,13 +809,13 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="Training steps (distillation and the imitation baseline alike; the checkpoint best on validation is "
-                   "evaluated). Default: train's distill recipe (192).")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=None, help="Decisions per step. Default: train's distill recipe.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Default: train's distill recipe.")
-@click.option("--train-decisions", type=click.IntRange(min=1), default=320, show_default=True,
-              help="Distinct train decisions each training run reads (their frozen states are what a run costs; train's "
-                   "recipe reads 640).")
+              help="Training steps (the hindsight student and the imitation baseline alike; the checkpoint best on "
+                   "validation is evaluated). Default: train's recipe (192).")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=None, help="Decisions per step. Default: train's recipe.")
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Default: train's recipe.")
+@click.option("--train-decisions", type=click.IntRange(min=1), default=640, show_default=True,
+              help="Distinct train decisions both training runs read, the same ones (their frozen states, computed once, "
+                   "are what training costs).")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,

@@ -1,9 +1,9 @@
 """`cli.py quickstart`: the whole loop on a fresh home, one BabylonContext method per stage.
 
-simulate -> build -> dataset build -> model init -> score -> train (the imitation baseline: every logged
-answer's menu entry, from frozen states) -> train (distill: the logged answers of the agents that stand above
-their peers on the train windows, chosen by the data and checked on validation; train/teachers.py) -> eval
-(the three models answer from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the individual command calls; this module only
+simulate -> build -> dataset build -> model init -> score -> agents (who stands above its peers on the train
+windows: the line to beat) -> train (the imitation baseline: every logged answer's menu entry, from frozen states)
+-> train (hindsight: on the same decisions, the trade of the stock the fresh news names that paid; train/cached.py)
+-> eval (the three models answer from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the individual command calls; this module only
 chooses the options, times the stages and prints where everything went. It drives a BabylonContext as the CLI does (cli.py calls
 run_quickstart), so the context does not know about it: no import cycle between the two.
 """
@@ -39,7 +39,7 @@ STAGES = 10
 @dataclass(frozen=True)
 class QuickstartOptions:
     # The defaults are sized to 2 CPU cores (docs/BENCHMARKS.md, "Quickstart"): SmolLM2-135M with LoRA on
-    # its top blocks, distilling the agents the data proves best, from frozen states (docs/TRAINING.md).
+    # its top block, from frozen states (docs/TRAINING.md).
     agents: int = 10
     # Many windows, one held-out decision each: decisions of one window share its market moves, so the eval's
     # interval (a bootstrap over windows) narrows with windows, not decisions. 24 held-out windows x 6 decisions
@@ -48,13 +48,14 @@ class QuickstartOptions:
     windows: int = 480
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
-    # Training is `train`'s own recipe for distill and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
+    # Training is `train`'s own recipe for hindsight and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
     # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), sized to 10 minutes on 2
     # cores: each distinct decision's frozen states cost ~0.3 s once, a step of 32 ~0.25 s (docs/BENCHMARKS.md#quickstart).
-    steps: int | None = None  # training steps, the same for distillation and the imitation baseline
+    # Both runs draw the same train decisions (every agent's, the same seed), so their frozen states are computed once.
+    steps: int | None = None  # training steps, the same for the student and the imitation baseline
     groups_per_step: int | None = None  # decisions per step
     learning_rate: float | None = None
-    train_decisions: int | None = 320  # distinct train decisions each run reads: their frozen states are what a run costs
+    train_decisions: int | None = 640  # distinct train decisions both runs read: their frozen states are what training costs
     validation_decisions: int = 128  # each selection pass's, every `eval_every` steps
     eval_every: int = 32
     shares: int = 50  # the menu's trade size, and the references' in the eval
@@ -135,21 +136,17 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
                   groups_per_step=options.groups_per_step, max_steps=options.steps, shares=options.shares, seed=options.seed,
                   device=options.device, train_decisions=options.train_decisions, validation_decisions=options.validation_decisions,
                   eval_every=options.eval_every)
-    with _stage(ctx, result, 6, "agents: who stands above its peers on the train windows (the teachers)"):
-        teachers = _teachers(ctx)
+    with _stage(ctx, result, 6, "agents: who stands above its peers on the train windows (the line to beat)"):
+        best_agents = _best_agents(ctx)
     artifacts = {"warehouse": mask_url(ctx.database_url) + " -> " + str(ctx.home.warehouse) if ctx.database_url else str(ctx.home.warehouse),
                  "dataset": str(ctx.home.datasets / NAME), "base model": str(ctx.home.models / options.base_model)}
-    if teachers is None:
-        result.artifacts = artifacts
-        _finish(ctx, options, result)
-        return result
     with _stage(ctx, result, 7, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
         ctx.train(run_name=IMITATION, objective="menu-imitate", **common)
-    with _stage(ctx, result, 8, "train --objective distill (the agents the data proves best, from frozen states)"):
-        trained = ctx.train(run_name=NAME, objective="distill", **common)
+    with _stage(ctx, result, 8, "train --objective hindsight (the same decisions: the trade of the named stock that paid)"):
+        trained = ctx.train(run_name=NAME, objective="hindsight", **common)
     with _stage(ctx, result, 9, "eval: trained vs base vs imitation vs best constant vs logged agents"):
         result.eval = ctx.evaluate(EvalOptions(model=f"{NAME}@best", dataset=NAME, imitation=f"{IMITATION}@best", seed=options.seed,
-                                               device=options.device,
+                                               device=options.device, best_agents=best_agents,
                                                max_decisions_per_window=options.eval_decisions_per_window, menu_shares=options.shares))
     with _stage(ctx, result, 10, "report", spinner=True):
         report = ctx.report(NAME)
@@ -162,20 +159,22 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
     return result
 
 
-def _teachers(ctx: "BabylonContext"):
-    """The standing on the train windows (printed), then the teachers checked on validation; None (said in one line) when no
-    agent stands out: then there is nothing to distill and nothing is claimed."""
+def _best_agents(ctx: "BabylonContext") -> tuple[str, ...]:
+    """The standing on the train windows (printed), then the agents above their peers there that hold on validation
+    (`teachers.choose`): the eval shows their own held-out play as the line to beat. None (said in one line) when no agent
+    stands out; the student trains all the same, as it needs no teacher."""
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.train.teachers import NoTeachers, choose
 
     ctx.agents(dataset=NAME, split="train")
     try:
-        teachers = choose(Dataset.open(ctx.home, NAME))
-    except NoTeachers as exc:
-        ctx.console.print(f"[bold red]{exc}[/bold red]")
-        return None
-    ctx.console.print(teachers.line())
-    return teachers
+        best = choose(Dataset.open(ctx.home, NAME))
+    except NoTeachers:
+        ctx.console.print("no agent stands above its peers beyond the interval on the train windows (and holds on "
+                          "validation): the eval has no best agents' line")
+        return ()
+    ctx.console.print(best.line())
+    return tuple(best.chosen)
 
 
 def dataset_params(options: QuickstartOptions) -> "BuildParams":
@@ -244,13 +243,9 @@ def _finish(ctx: "BabylonContext", options: QuickstartOptions, result: Quickstar
     (ctx.home.root / MARKER).write_text(json.dumps({"options": asdict(options), "stages_seconds": result.stages,
                                                     "artifacts": result.artifacts}, indent=2) + "\n")
     ctx.console.rule("[bold]quickstart summary")
-    if result.eval is not None:
-        ctx.console.print(eval_table(result.eval))
-        for line in learning_verdict(result.eval):
-            ctx.console.print(line)
-    else:
-        ctx.console.print("[bold red]learning NOT shown[/bold red]: no agent stands out on the train windows, so nothing was "
-                          "distilled and nothing is claimed")
+    ctx.console.print(eval_table(result.eval))
+    for line in learning_verdict(result.eval):
+        ctx.console.print(line)
     benchmark = heldout_benchmark_line(HELDOUT_BENCHMARK)
     if benchmark:
         ctx.console.print(benchmark)

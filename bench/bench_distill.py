@@ -122,19 +122,19 @@ def answered(trainer, items) -> dict:
     chosen = trainer.choose(items, averaged=False)
     outcomes = [item.task.price(item.answers[i])[1] for item, i in zip(items, chosen)]
     trades = [o for item, i, o in zip(items, chosen, outcomes) if parse_action(item.answers[i]).kind in ("buy", "sell")]
-    logged = [(i, item) for i, item in zip(chosen, items) if item.logged_index >= 0]
+    logged = [(i, item) for i, item in zip(chosen, items) if item.target_index >= 0]
     return {"trade_share": len(trades) / len(items), "precision": float(np.mean([o.correct for o in trades])) if trades else None,
             "pnl": float(np.mean([o.pnl for o in outcomes])),
-            "agree": float(np.mean([i == item.logged_index for i, item in logged])) if logged else None}
+            "agree": float(np.mean([i == item.target_index for i, item in logged])) if logged else None}
 
 
 def logged_answers(items) -> dict:
     """The teachers' own menu answers on `items`, scored the same way (their bets are off the menu and left out)."""
     from babylon_rl.evaluate.actions import parse_action
 
-    on_menu = [item for item in items if item.logged_index >= 0]
-    outcomes = [item.task.price(item.answers[item.logged_index])[1] for item in on_menu]
-    trades = [o for item, o in zip(on_menu, outcomes) if parse_action(item.answers[item.logged_index]).kind in ("buy", "sell")]
+    on_menu = [item for item in items if item.target_index >= 0]
+    outcomes = [item.task.price(item.answers[item.target_index])[1] for item in on_menu]
+    trades = [o for item, o in zip(on_menu, outcomes) if parse_action(item.answers[item.target_index]).kind in ("buy", "sell")]
     return {"trade_share": len(trades) / len(on_menu), "precision": float(np.mean([o.correct for o in trades])),
             "pnl": float(np.mean([o.pnl for o in outcomes]))}
 

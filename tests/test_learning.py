@@ -388,10 +388,10 @@ def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path,
 
 
 # -- the frozen part computed once (train/frozen.py, train/cached.py) ----------------------------------------------------
-def _menu_task(news: str) -> Task:
+def _menu_task(news: str, at: str = "12:13") -> Task:
     observation = ("It is 12:23 UTC; window 2025-01-01T12:00 closes in 37 min.\nPrices:\n  ACME $223.79 (+0.13% since your last look)\n"
                    "  BOLT $51.20 (-0.40% since your last look)\n  CRUX $12.05 (+1.20% since your last look)\nNews so far this window:\n"
-                   f"  [12:13] {news}\nYour portfolio: cash $9,507.17; positions: none; open bets: none; P&L so far $+0.00.")
+                   f"  [{at}] {news}\nYour portfolio: cash $9,507.17; positions: none; open bets: none; P&L so far $+0.00.")
     truth = GroundTruth("2025-01-01T12:00", {"ACME": Stock(220.0, 230.0), "BOLT": Stock(52.0, 50.0), "CRUX": Stock(12.0, 12.1)}, {})
     return Task("t1", "2025-01-01T12:00", decision_prompt(observation), read_observation(observation), truth, '{"action": "hold"}')
 
@@ -851,7 +851,7 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
     assert saved["policies"][-1]["decisions"] == teacher_actions  # every held-out decision of theirs, not the sampled ones
     for diff in saved["comparison"].values():
         assert {"pnl_per_decision_diff", "trade_precision_diff", "precision_estimable"} <= set(diff)
-    assert "its teachers" in evaluation.output and "trade precision" in evaluation.output
+    assert "best agents" in evaluation.output and "trade precision" in evaluation.output
 
     news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n",  # news: the recipe's default
                    "--max-steps", "1", "--groups-per-step", "4", "--train-layers", "1")
@@ -960,7 +960,7 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
     trade = replace(hold, trajectory_id="t2", logged_answer='{"action": "buy", "ticker": "ACME", "shares": 50}')
     trainer = MenuTrainer(str(small_llama), MenuOptions(objective="imitate", train_layers=1, variants=0, seed=5))
     hold_item, trade_item = trainer.items_for([hold, trade], 0)
-    assert (hold_item.logged_index, trade_item.logged_index) == (0, 1)
+    assert (hold_item.target_index, trade_item.target_index) == (0, 1)
     with torch.no_grad():
         both, alone_hold, alone_trade = (float(trainer._loss(items)[0]) for items in ([hold_item, trade_item], [hold_item], [trade_item]))
         trainer.options = replace(trainer.options, hold_weight=0.0)
@@ -969,9 +969,27 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
     assert trades_only == pytest.approx(alone_trade, rel=1e-5) and trades_only != pytest.approx(both, rel=1e-3)
 
 
+def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no_headline_is_fresh():
+    """The credit goes where the news points: the named stock's own move decides buy or sell, whatever the headline says
+    and whatever the logged agent answered; a stale headline (or none) is fitted to hold."""
+    from babylon_rl.train.cached import hindsight_index, menu
+
+    def target(news: str, at: str = "12:13") -> tuple[str, str]:
+        task = _menu_task(news, at)
+        answers = menu(task, 50)
+        rewards = np.array([task.price(a)[0] for a in answers], dtype=np.float32)
+        action = parse_action(answers[hindsight_index(task, answers, rewards)])
+        return action.kind, action.ticker
+
+    # ACME rose 220 -> 230 and BOLT fell 52 -> 50 in the window: the headline's words do not decide, the move does
+    assert target("ACME: Acme Corp misses earnings expectations") == ("buy", "ACME")
+    assert target("BOLT: Bolt Inc beats earnings expectations") == ("sell", "BOLT")
+    assert target("ACME: Acme Corp beats earnings expectations", at="11:40") == ("hold", "")  # 43 minutes old
+
+
 def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:
     result = run_cli("train", "--dataset", "nothing", "--objective", "menu", "--hold-weight", "0")
-    assert result.exit_code == 2 and "--hold-weight weighs the logged holds of distill and menu-imitate, not menu" in result.output
+    assert result.exit_code == 2 and "--hold-weight weighs the hold labels of distill, menu-imitate and hindsight, not menu" in result.output
 
 
 def test_trade_cost_is_refused_for_objectives_that_do_not_price_the_menu(run_cli) -> None:

@@ -15,7 +15,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert result.exit_code == 0, result.output
     out = result.output
     for stage in ("simulate into duckdb", "build", "dataset build", "model init (smollm2-135m)", "score --judge heuristic",
-                  "agents: who stands above", "train --objective menu-imitate", "train --objective distill (",
+                  "agents: who stands above", "train --objective menu-imitate", "train --objective hindsight (",
                   "eval: trained vs base vs imitation", "report"):
         assert f"done {stage}" in out, stage
     assert "quickstart summary" in out and "logged agents" in out and "direction" in out
@@ -28,7 +28,9 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert "beyond the 95 % interval" in out
     evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
     assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "reader", "baseline", "imitation", "model", "teachers"]
-    assert evaluation["teachers"] and f"teachers ({len(evaluation['teachers'])} of 10 agents" in out
+    best = next(p for p in evaluation["policies"] if p["role"] == "teachers")  # the best agents' line: not learned from
+    assert best["name"].startswith("the agents that stand above their peers on the train windows (") and not evaluation["teachers"]
+    assert f"teachers ({best['name'].count('sim-agent')} of 10 agents" in out
     assert "stand above their peers beyond the interval" in out  # the standing table, then the teachers it gives
     assert set(evaluation["comparison"]) == {"logged", "constant", "reader", "baseline", "imitation"}
     assert evaluation["menu_shares"] == 50  # the three models answered from the menu, on one shared base
@@ -43,11 +45,14 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert again.exit_code == 2 and "already has a quickstart" in again.output and "--force" in again.output
 
 
-def test_quickstart_without_an_agent_that_stands_out_distills_nothing_and_claims_nothing(home, run_cli):
-    result = run_cli("quickstart", "--agents", "6", "--windows", "12", "--steps-per-window", "2")
+def test_quickstart_without_an_agent_that_stands_out_trains_all_the_same_without_a_best_agents_line(home, run_cli):
+    """The student needs no teacher: where no agent stands out it trains and is judged as anywhere, only the eval has no
+    line for the best agents."""
+    result = run_cli("quickstart", "--agents", "6", "--windows", "12", "--steps-per-window", "2", "--steps", "2", "--groups-per-step", "4")
     assert result.exit_code == 0, result.output
-    assert "nothing to distill, and nothing is claimed" in result.output and "learning NOT shown" in result.output
-    assert "done train" not in result.output and not (home / "runs" / "quickstart").exists()
+    assert "the eval has no best agents' line" in result.output and "done train --objective hindsight" in result.output
+    evaluation = json.loads((home / "runs" / "quickstart" / "eval.json").read_text())
+    assert "teachers" not in [p["role"] for p in evaluation["policies"]] and not evaluation["learning_shown"]
 
 
 def test_the_one_block_benchmark_line_quotes_the_committed_held_out_eval(tmp_path) -> None:

@@ -68,6 +68,9 @@ class EvalOptions:
     device: str = "auto"
     max_decisions_per_window: int | None = None  # a seeded sample of each eval window's decisions (CPU budgets)
     menu_shares: int | None = None  # local models answer from the menu (hold; buy or sell this many shares), sharing frozen blocks
+    # the agents that stand above their peers on the train windows (train/teachers.py), shown as the line to beat when the
+    # model's run learned from none (the quickstart's hindsight student); a distilled run's own teachers win
+    best_agents: tuple[str, ...] = ()
 
 
 @dataclass
@@ -184,8 +187,8 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         results.append(_score(role, policy, answers, eval_set, options))
     comparison, design = compare_results(results, eval_set, options)
     teachers = run_teachers(ref.run_dir) if ref and ref.run_dir else []
-    if teachers:
-        results.append(teachers_reference(teachers, every_decision, options))
+    if teachers or options.best_agents:
+        results.append(teachers_reference(teachers or list(options.best_agents), every_decision, options, learned=bool(teachers)))
     output_dir = _output_dir(home, options, ref)
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
                       ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design,
@@ -212,11 +215,13 @@ def run_teachers(run_dir: Path) -> list[str]:
     return [t["agent_id"] for t in recorded.get("teachers", [])]
 
 
-def teachers_reference(teachers: list[str], every_decision: EvalSet, options: EvalOptions) -> PolicyResult:
-    """The agents it learned from: their own logged answers on every held-out decision they made (not the sampled
-    decisions the policies answer, so not paired with them: a reference line, not one the claim needs)."""
+def teachers_reference(teachers: list[str], every_decision: EvalSet, options: EvalOptions, learned: bool = True) -> PolicyResult:
+    """The best agents (those it learned from, or those that stand above their peers on the train windows): their own
+    logged answers on every held-out decision they made (not the sampled decisions the policies answer, so not paired
+    with them: a reference line, not one the claim needs)."""
     mine = EvalSet(every_decision.dataset, [d for d in every_decision.decisions if d.agent_id in teachers], every_decision.truths)
-    name = f"the agents it learned from ({', '.join(teachers)}), logged"
+    name = (f"the agents it learned from ({', '.join(teachers)}), logged" if learned else
+            f"the agents that stand above their peers on the train windows ({', '.join(teachers)}), logged")
     result = _scored("teachers", name, "logged", [d.logged_answer for d in mine.decisions], mine, options)
     if mine.decisions:
         _summarise(result, mine, resample_indices(len(mine.windows), options.resamples, options.seed))

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from babylon_rl.evaluate.run import EvalResult, PolicyResult
 
 ROLE_LABELS = {"model": "trained", "baseline": "its base", "reader": "news rule", "logged": "logged agents",
-               "imitation": "imitation", "teachers": "its teachers"}
+               "imitation": "imitation", "teachers": "best agents"}
 REFERENCE_NAMES = {"baseline": "its base model", "constant": "the best constant", "logged": "the logged agents",
                    "imitation": "imitation of the logged answers (same budget)", "reader": "the news rule (not required)"}
 

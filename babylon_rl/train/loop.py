@@ -30,8 +30,10 @@ from babylon_rl.train.writeback import WriteBack
 # answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward; menu-value: each answer's margin over
 # hold fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it
 # does), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers of the agents
-# the data proves best on train windows (distill, train/teachers.py).
-MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate"}
+# the data proves best on train windows (distill, train/teachers.py), or the trade of the stock the news names that paid
+# (hindsight: cached.hindsight_index).
+MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate",
+                   "hindsight": "hindsight"}
 
 # What an option left unset means. Distill's recipe is the one-block student measured to teach on 2 cores
 # (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so a step of 32
@@ -40,7 +42,7 @@ MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value"
 DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
 _ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
                   eval_every=16, keep_best=True)
-RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK}
+RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK, "hindsight": _ONE_BLOCK}
 
 
 class TrainConfig(BaseModel):
@@ -64,14 +66,14 @@ class TrainConfig(BaseModel):
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
     # None: distill on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill"] | None = None
+    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill", "hindsight"] | None = None
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
     samples: int = Field(8, ge=2)  # answers per decision (the GRPO group)
     temperature: float = Field(0.8, gt=0)
     reward_temperature: float = Field(0.3, gt=0)  # counterfactual: softmax(reward / this) over the menu
-    hold_weight: float | None = Field(None, ge=0, le=1)  # distill, menu-imitate: a logged hold's weight against a logged trade's 1
+    hold_weight: float | None = Field(None, ge=0, le=1)  # distill, menu-imitate, hindsight: a hold label's weight against a trade's 1
     trade_cost: float = Field(0.0, ge=0)  # menu, menu-pg, menu-value: taken off every trade's reward in the target
     anchor: float = Field(0.0, ge=0)  # menu-value: the starting policy's margins as a prior of this weight (MenuOptions.anchor)
     teacher_answers: Literal["all", "news"] | None = None  # distill: which of the teachers' answers it imitates (train/teachers.py)
@@ -98,8 +100,8 @@ class TrainConfig(BaseModel):
     def _default_objective(self) -> "TrainConfig":
         if self.objective is None:
             self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
-        if self.hold_weight is not None and self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate"):
-            raise ValueError(f"--hold-weight weighs the logged holds of distill and menu-imitate, not {self.objective}")
+        if self.hold_weight is not None and self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate", "hindsight"):
+            raise ValueError(f"--hold-weight weighs the hold labels of distill, menu-imitate and hindsight, not {self.objective}")
         if self.trade_cost and self.objective not in ("menu", "menu-pg", "menu-value"):
             raise ValueError(f"--trade-cost prices the trades of menu, menu-pg and menu-value, not {self.objective}")
         if self.anchor and self.objective != "menu-value":

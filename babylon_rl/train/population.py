@@ -55,6 +55,7 @@ MUTABLE = {
     "menu-value": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
     "distill": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "imitation_weight", "hold_weight", "reward_temperature"),
     "menu-imitate": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
+    "hindsight": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
 }
 
 
