@@ -573,7 +573,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents); "
                    "hindsight = the same, fitted where the prompt's latest fresh headline names a stock to the trade of "
                    "it that paid (buy if it rose, sell if it fell), elsewhere to hold: every agent's decisions, and "
-                   "--init-from a distilled run improves on its teachers (docs/TRAINING.md#hindsight-on-the-named-stock).")
+                   "--init-from starts it from a distilled run (docs/TRAINING.md, \"Hindsight on the named stock\").")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
 @click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")

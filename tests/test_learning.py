@@ -969,10 +969,10 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
     assert trades_only == pytest.approx(alone_trade, rel=1e-5) and trades_only != pytest.approx(both, rel=1e-3)
 
 
-def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no_headline_is_fresh():
+def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no_headline_is_fresh(small_llama):
     """The credit goes where the news points: the named stock's own move decides buy or sell, whatever the headline says
     and whatever the logged agent answered; a stale headline (or none) is fitted to hold."""
-    from babylon_rl.train.cached import hindsight_index, menu
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, hindsight_index, menu
 
     def target(news: str, at: str = "12:13") -> tuple[str, str]:
         task = _menu_task(news, at)
@@ -985,6 +985,12 @@ def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no
     assert target("ACME: Acme Corp misses earnings expectations") == ("buy", "ACME")
     assert target("BOLT: Bolt Inc beats earnings expectations") == ("sell", "BOLT")
     assert target("ACME: Acme Corp beats earnings expectations", at="11:40") == ("hold", "")  # 43 minutes old
+    # the trainer's items carry it as their target, where imitation's carry the logged answer (a hold here)
+    task = _menu_task("ACME: Acme Corp misses earnings expectations")
+    targets = {objective: MenuTrainer(str(small_llama), MenuOptions(objective=objective, train_layers=1, variants=0)).items_for([task], 0)[0]
+               for objective in ("hindsight", "imitate")}
+    assert targets["hindsight"].answers[targets["hindsight"].target_index] == '{"action": "buy", "ticker": "ACME", "shares": 50}'
+    assert targets["imitate"].target_index == 0
 
 
 def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:

@@ -3,7 +3,8 @@
 Each decision's menu (hold; buy or sell `shares` of each of the window's stocks) is priced
 against the window's ground truth with the evaluation's rules (`decisions.Task.price`). The policy,
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
-"counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or
+"counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or to
+the trade of the stock the latest fresh headline names that paid, hold elsewhere (`objective="hindsight"`), or
 moved up its own expected reward over the menu (`objective="expected"`: the exact policy gradient,
 GRPO with every answer sampled), or each answer's log-probability margin over hold fitted to its
 reward / `reward_temperature` by least squares (`objective="value"`: the margins become the menu's
@@ -165,7 +166,7 @@ def hindsight_index(task: Task, answers: list[str], rewards: np.ndarray) -> int:
     that paid to the window's end (buy if it rose, sell if it fell); elsewhere hold.
 
     The credit goes where the news points and nowhere else. A decision's reward over the whole menu is mostly the other
-    stocks' moves (docs/TRAINING.md#hindsight-on-the-named-stock); the named stock's own move is the news's effect plus
+    stocks' moves (docs/TRAINING.md, "Hindsight on the named stock"); the named stock's own move is the news's effect plus
     its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time. No
     headline is read for its meaning: the student learns what the words mean from what the stock did."""
     latest = next(fresh_headlines(task.request), None)
