@@ -30,7 +30,7 @@ def test_quickstart_small_end_to_end(home, run_cli):
     assert [p["role"] for p in evaluation["policies"]] == ["logged", "constant", "reader", "baseline", "imitation", "model", "teachers"]
     best = next(p for p in evaluation["policies"] if p["role"] == "teachers")  # the best agents' line: not learned from
     assert best["name"].startswith("the agents that stand above their peers on the train windows (") and not evaluation["teachers"]
-    assert f"teachers ({best['name'].count('sim-agent')} of 10 agents" in out
+    assert f"best agents ({best['name'].count('sim-agent')} of 10 agents" in out
     assert "stand above their peers beyond the interval" in out  # the standing table, then the teachers it gives
     assert set(evaluation["comparison"]) == {"logged", "constant", "reader", "baseline", "imitation"}
     assert evaluation["menu_shares"] == 50  # the three models answered from the menu, on one shared base

@@ -54,13 +54,13 @@ class Teachers:
                 "train_windows": len(self.train.windows), "validation_windows": len(self.validation.windows) if self.validation else 0,
                 "teachers": [self.figures(a) for a in self.chosen], "dropped": self.dropped}
 
-    def line(self) -> str:
-        """One line: who teaches, with their train figures."""
+    def line(self, label: str = "teachers") -> str:
+        """One line: who teaches (or, as `label` says, what else they are to the run), with their train figures."""
         parts = []
         for agent in self.chosen:
             s = self.train.get(agent).vs_peers
             parts.append(f"{agent} {s.value:+.1f} [{s.low:+.1f}, {s.high:+.1f}]")
-        return (f"teachers ({len(self.chosen)} of {len(self.train.agents)} agents, P&L against the window's median agent on "
+        return (f"{label} ({len(self.chosen)} of {len(self.train.agents)} agents, P&L against the window's median agent on "
                 f"{len(self.train.windows)} train windows, {self.train.corrected_level:.1%} intervals): " + ", ".join(parts))
 
 
