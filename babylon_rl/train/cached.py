@@ -4,7 +4,7 @@ Each decision's menu (hold; buy or sell `shares` of each of the window's stocks)
 against the window's ground truth with the evaluation's rules (`decisions.Task.price`). The policy,
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
 "counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or to
-the trade of the stock the latest fresh headline names that was right, hold elsewhere (`objective="hindsight"`), or
+the trade of the stock the latest fresh headline names that paid, hold elsewhere (`objective="hindsight"`), or
 moved up its own expected reward over the menu (`objective="expected"`: the exact policy gradient,
 GRPO with every answer sampled), or each answer's log-probability margin over hold fitted to its
 reward / `reward_temperature` by least squares (`objective="value"`: the margins become the menu's
@@ -161,22 +161,22 @@ def logged_index(task: Task, answers: list[str]) -> int:
     return -1
 
 
-def hindsight_index(task: Task, answers: list[str], correct: np.ndarray) -> int:
+def hindsight_index(task: Task, answers: list[str], rewards: np.ndarray) -> int:
     """The menu entry `hindsight` fits: where the prompt's latest fresh headline names a stock, the trade of that stock
-    the evaluation counts right (`correct`: the stock moved beyond `scoring.DEFAULT_THRESHOLD_PCT` its way by the
-    window's end); elsewhere, and where the stock moved less, hold.
+    that paid to the window's end (buy if it rose, sell if it fell); elsewhere hold.
 
     The credit goes where the news points and nowhere else. A decision's reward over the whole menu is mostly the other
     stocks' moves (docs/TRAINING.md, "Hindsight on the named stock"); the named stock's own move is the news's effect plus
-    its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time. A
-    headline that moved nothing (a neutral one, or one already priced in) is a hold, so the student learns to trade only
-    where a trade is right by the claim's own measure, trade precision. No headline is read for its meaning: the student
-    learns what the words mean from what the stock did."""
+    its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time. No
+    headline is read for its meaning: the student learns what the words mean from what the stock did."""
     latest = next(fresh_headlines(task.request), None)
     if latest is None:
         return HOLD_INDEX
-    right = [i for i, a in enumerate(map(parse_action, answers)) if a.kind in ("buy", "sell") and a.ticker == latest[0] and correct[i]]
-    return right[0] if right else HOLD_INDEX
+    trades = {(a.kind, a.ticker): i for i, a in enumerate(map(parse_action, answers)) if a.kind in ("buy", "sell")}
+    buy, sell = trades.get(("buy", latest[0])), trades.get(("sell", latest[0]))
+    if buy is None or sell is None or rewards[buy] == rewards[sell]:
+        return HOLD_INDEX
+    return buy if rewards[buy] > rewards[sell] else sell
 
 
 TICKER_FIRST_PREFIX = '{"'
@@ -208,7 +208,7 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
         priced = [task.price(a) for a in answers]
         rewards = np.array([r for r, _ in priced], dtype=np.float32)
         correct = np.array([float(o.correct) for _, o in priced], dtype=np.float32)
-        index = hindsight_index(task, answers, correct) if options.objective == "hindsight" else logged_index(task, answers)
+        index = hindsight_index(task, answers, rewards) if options.objective == "hindsight" else logged_index(task, answers)
         tickers = sorted(task.truth.stocks)
         for _ in range(max(variants, 1)):
             mapping = dict(zip(tickers, rng.permutation(tickers))) if variants else {}

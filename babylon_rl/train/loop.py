@@ -30,8 +30,8 @@ from babylon_rl.train.writeback import WriteBack
 # answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward; menu-value: each answer's margin over
 # hold fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it
 # does), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers of the agents
-# the data proves best on train windows (distill, train/teachers.py), or the trade of the stock the news names that was
-# right (hindsight: cached.hindsight_index).
+# the data proves best on train windows (distill, train/teachers.py), or the trade of the stock the news names that paid
+# (hindsight: cached.hindsight_index).
 MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate",
                    "hindsight": "hindsight"}
 
@@ -42,10 +42,7 @@ MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value"
 DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
 _ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
                   eval_every=16, keep_best=True)
-# Hindsight's holds weigh as much as its trades: a fresh headline that moved nothing is a hold it must learn, the trade
-# it saves is a wrong one by trade precision's measure.
-RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK,
-                            "hindsight": _ONE_BLOCK | {"hold_weight": 1.0}}
+RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK, "hindsight": _ONE_BLOCK}
 
 
 class TrainConfig(BaseModel):
