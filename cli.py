@@ -14,6 +14,7 @@ from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.options import JUDGES, ScoreOptions
+from babylon_rl.train.objectives import OBJECTIVES
 
 F = TypeVar("F", bound=Callable)
 
@@ -556,7 +557,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill", "hindsight"]),
+@click.option("--objective", type=click.Choice(OBJECTIVES),
               help="Default: distill on the torch back-end (a step costs seconds), grpo on art/serverless and with "
                    "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
@@ -808,9 +809,9 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
-@click.option("--steps", type=click.IntRange(min=1), default=None,
+@click.option("--steps", type=click.IntRange(min=1), default=384, show_default=True,
               help="Training steps (the hindsight student and the imitation baseline alike; the checkpoint best on "
-                   "validation is evaluated). Default: train's recipe (192).")
+                   "validation is evaluated).")
 @click.option("--groups-per-step", type=click.IntRange(min=1), default=None, help="Decisions per step. Default: train's recipe.")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Default: train's recipe.")
 @click.option("--train-decisions", type=click.IntRange(min=1), default=640, show_default=True,
@@ -830,10 +831,11 @@ def quickstart(obj: BabylonContext, **options) -> None:
     """The whole loop on the embedded default: simulate, build, dataset, SmolLM2, score, train, eval, report.
 
     \b
-    Training distills the agents that stand above their peers on the train windows (train
-    --objective distill; `agents` shows the standing); the eval has the base, the imitation
-    baseline and the trained model answer from the menu, sharing the base model's frozen
-    blocks (eval --menu-shares), and claims learning on P&L and trade precision.
+    The student trains on the trade of each fresh headline's stock that paid (train --objective
+    hindsight), its imitation baseline on every logged answer of the same decisions (menu-imitate);
+    `agents` shows the standing and the best agents' line. The eval has the base, the imitation
+    baseline and the student answer from the menu, sharing the base model's frozen blocks (eval
+    --menu-shares), and claims learning on P&L and trade precision.
 
     \b
     DuckDB only: no server, no network. With --database-url the game data goes through a

@@ -52,7 +52,9 @@ class QuickstartOptions:
     # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), sized to 10 minutes on 2
     # cores: each distinct decision's frozen states cost ~0.3 s once, a step of 32 ~0.25 s (docs/BENCHMARKS.md#quickstart).
     # Both runs draw the same train decisions (every agent's, the same seed), so their frozen states are computed once.
-    steps: int | None = None  # training steps, the same for the student and the imitation baseline
+    # training steps, the same for the student and the imitation baseline: twice train's recipe, as the student's
+    # validation still rose at the recipe's 192 (20 epochs over the 640 decisions; docs/TRAINING.md, "Hindsight")
+    steps: int | None = 384
     groups_per_step: int | None = None  # decisions per step
     learning_rate: float | None = None
     train_decisions: int | None = 640  # distinct train decisions both runs read: their frozen states are what training costs

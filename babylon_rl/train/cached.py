@@ -87,9 +87,16 @@ class MenuOptions:
     train_layers: int = 4
     max_grad_norm: float = 1.0
     cache_batch: int = 8
-    micro_batch: int = 8  # items per forward and backward pass: the top blocks' activations of 32 items take ~4 GB
+    # items per forward and backward pass; None: 32 / train_layers. The trained blocks' activations grow with both (32
+    # items of four blocks take ~4 GB); one block runs at the menu's choices only, and 32 items a pass there cost 0.2 GB
+    # more than 8 and take a step ~30 % less time (docs/TRAINING.md#memory-memorypy)
+    micro_batch: int | None = None
     seed: int = 0
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.micro_batch is None:
+            object.__setattr__(self, "micro_batch", max(1, 32 // max(self.train_layers, 1)))
 
 
 HOLD_INDEX = 0  # the menu's first entry

@@ -174,9 +174,9 @@ class SplitModel:
             head_mask, rest_mask = mask[:1, :, :shared, :shared].to(head.dtype), mask[:, :, shared:, :].to(head.dtype)
             rows = ids.shape[0]
             for layer in layers:
-                head, keys, values = _block_with_keys(layer, head, head_rotary, head_mask)
-                rest, _, _ = _block_with_keys(layer, rest, rest_rotary, rest_mask,
-                                              (keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)))
+                head, keys, values = _block(layer, head, head_rotary, head_mask)
+                rest, _, _ = _block(layer, rest, rest_rotary, rest_mask,
+                                    before=(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)))
             return torch.cat([head.expand(rows, -1, -1), rest], 1)
 
     def top(self, states, positions, mask):
@@ -196,29 +196,39 @@ class SplitModel:
         width = max(len(p) - p.prompt_len + 1 for p in packs)
         rows = torch.tensor([[min(p.prompt_len - 1 + q, len(p) - 1) for q in range(width)] for p in packs], device=states.device)
         rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
-        return self.decoder.norm(_block_at_rows(upper[-1], hidden, rotary, mask, rows))
+        return self.decoder.norm(_block(upper[-1], hidden, rotary, mask, rows)[0])
 
 
-def _block_with_keys(layer, hidden, rotary, mask, before=None):
-    """A Llama decoder block over `hidden`, its rows also attending to the (rotated) keys and values `before` them, which
-    come first in `mask`'s columns; returns its output and its own keys and values (rotated: what later rows attend to)."""
+def _block(layer, hidden, rotary, mask, rows=None, before=None):
+    """A Llama decoder block over `hidden`; returns its output and its own keys and values (rotated: what later rows
+    attend to). `rows` ([B, Q] indices into the sequence): the output at those rows only (queries, attention output and
+    MLP there; keys and values from every position, under the rows' part of the additive `mask`). `before`: rotated keys
+    and values the rows also attend to, which come first in `mask`'s columns."""
     import torch
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
 
     attn = layer.self_attn
-    batch, length, _ = hidden.shape
+    batch = hidden.shape[0]
+
+    def at_rows(x):
+        return x if rows is None else x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
 
     def heads(x):
-        return x.view(batch, length, -1, attn.head_dim).transpose(1, 2)
+        return x.view(batch, x.shape[1], -1, attn.head_dim).transpose(1, 2)
 
     normed = layer.input_layernorm(hidden)
-    queries, keys = apply_rotary_pos_emb(heads(attn.q_proj(normed)), heads(attn.k_proj(normed)), *rotary)
-    values = heads(attn.v_proj(normed))
+    cos, sin = rotary
+    keys, values, queries = heads(attn.k_proj(normed)), heads(attn.v_proj(normed)), heads(attn.q_proj(at_rows(normed)))
+    _, keys = apply_rotary_pos_emb(keys, keys, cos, sin)  # each call turns two tensors: here the keys at every position
+    queries, _ = apply_rotary_pos_emb(queries, queries, at_rows(cos), at_rows(sin))
+    mask = mask.to(hidden.dtype)
+    if rows is not None:
+        mask = mask.gather(2, rows[:, None, :, None].expand(-1, 1, -1, mask.shape[-1]))
     seen_keys, seen_values = (torch.cat([before[0], keys], 2), torch.cat([before[1], values], 2)) if before else (keys, values)
     attended = torch.nn.functional.scaled_dot_product_attention(
         queries, repeat_kv(seen_keys, attn.num_key_value_groups), repeat_kv(seen_values, attn.num_key_value_groups),
         attn_mask=mask, scale=attn.scaling)
-    out = hidden + attn.o_proj(attended.transpose(1, 2).reshape(batch, length, -1))
+    out = at_rows(hidden) + attn.o_proj(attended.transpose(1, 2).reshape(batch, queries.shape[2], -1))
     return out + layer.mlp(layer.post_attention_layernorm(out)), keys, values
 
 
@@ -230,36 +240,6 @@ def shared_prefix(packs: list[Packed]) -> int:
     while shared < limit and all(p.ids[shared] == first[shared] for p in packs):
         shared += 1
     return shared
-
-
-def _block_at_rows(layer, hidden, rotary, mask, rows):
-    """A Llama decoder block's output at `rows` ([B, Q] indices into the sequence) only: queries, attention output and
-    MLP at those rows, keys and values from every position, under the rows' part of the additive `mask`."""
-    import torch
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
-
-    attn = layer.self_attn
-    batch, length, _ = hidden.shape
-
-    def at_rows(x):
-        return x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
-
-    def heads(x, n):
-        return x.view(batch, n, -1, attn.head_dim).transpose(1, 2)
-
-    normed = layer.input_layernorm(hidden)
-    cos, sin = rotary
-    keys = heads(attn.k_proj(normed), length)
-    values = heads(attn.v_proj(normed), length)
-    queries = heads(attn.q_proj(at_rows(normed)), rows.shape[1])
-    _, keys = apply_rotary_pos_emb(keys, keys, cos, sin)  # each call turns two tensors: here the keys at every position
-    queries, _ = apply_rotary_pos_emb(queries, queries, at_rows(cos), at_rows(sin))
-    row_mask = mask.to(hidden.dtype).gather(2, rows[:, None, :, None].expand(-1, 1, -1, length))
-    attended = torch.nn.functional.scaled_dot_product_attention(
-        queries, repeat_kv(keys, attn.num_key_value_groups), repeat_kv(values, attn.num_key_value_groups),
-        attn_mask=row_mask, scale=attn.scaling)
-    out = at_rows(hidden) + attn.o_proj(attended.transpose(1, 2).reshape(batch, rows.shape[1], -1))
-    return out + layer.mlp(layer.post_attention_layernorm(out))
 
 
 def answer_logprobs(split: SplitModel, hidden, packs: list[Packed], at_choices: bool = False):

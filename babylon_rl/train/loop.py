@@ -21,19 +21,11 @@ from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home
 from babylon_rl.train.data import Group, Schedule, load_scored_dataset
+from babylon_rl.train.objectives import MENU_OBJECTIVES, Objective
 from babylon_rl.train.runs import RunDir
 from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
 
-
-# The objectives trained from frozen states on the decision's menu (train/cached.py), and what each fits: every menu
-# answer priced (menu: softmax(reward / T); menu-pg: the policy's expected reward; menu-value: each answer's margin over
-# hold fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it
-# does), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers of the agents
-# the data proves best on train windows (distill, train/teachers.py), or the trade of the stock the news names that paid
-# (hindsight: cached.hindsight_index).
-MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate",
-                   "hindsight": "hindsight"}
 
 # What an option left unset means. Distill's recipe is the one-block student measured to teach on 2 cores
 # (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so a step of 32
@@ -66,7 +58,7 @@ class TrainConfig(BaseModel):
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
     # None: distill on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
-    objective: Literal["grpo", "awr", "imitate", "counterfactual", "menu", "menu-pg", "menu-value", "menu-imitate", "distill", "hindsight"] | None = None
+    objective: Objective | None = None
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
