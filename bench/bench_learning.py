@@ -223,7 +223,7 @@ def arguments() -> argparse.ArgumentParser:
                         help="distill-improve: the share of the time to the deadline spent distilling before improving")
     parser.add_argument("--train-layers", type=int, default=4, help="LoRA on the top N blocks; the frozen states enter the lowest")
     parser.add_argument("--cache-batch", type=int, default=8)
-    parser.add_argument("--micro-batch", type=int, help="items per forward and backward pass (and twice that per answering pass); default 32 / --train-layers")
+    parser.add_argument("--micro-batch", type=int, default=8, help="items per forward and backward pass (and twice that per answering pass)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", choices=["states", "counterfactual", "imitate", "distill-improve"],

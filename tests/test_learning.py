@@ -993,6 +993,38 @@ def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no
     assert targets["imitate"].target_index == 0
 
 
+def test_hindsight_weighs_each_trade_target_by_what_it_paid_and_holds_as_before(small_llama):
+    """A trade target counts in proportion to what it paid (its P&L, clipped; the batch's trades averaging 1): ACME's
+    rise from $223.79 to $230 weighs far more than CRUX's 5 cents; a hold target keeps --hold-weight, and imitation
+    weighs every trade alike."""
+    from dataclasses import replace
+
+    import torch
+
+    from babylon_rl.train.cached import HOLD_INDEX, MenuOptions, MenuTrainer
+    from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE
+
+    acme = _menu_task("ACME: Acme Corp beats earnings expectations")
+    crux = replace(_menu_task("CRUX: Crux Biotech beats earnings expectations"), trajectory_id="t2")
+    stale = replace(_menu_task("ACME: Acme Corp beats earnings expectations", at="11:40"), trajectory_id="t3")
+    trainer = MenuTrainer(str(small_llama), MenuOptions(objective="hindsight", train_layers=1, variants=0, seed=5, hold_weight=0.5))
+    items = trainer.items_for([acme, crux, stale], 0)
+    assert [item.answers[item.target_index] for item in items[:2]] == [
+        '{"action": "buy", "ticker": "ACME", "shares": 50}', '{"action": "buy", "ticker": "CRUX", "shares": 50}']
+    assert items[2].target_index == HOLD_INDEX
+    assert [item.paid for item in items[:2]] == pytest.approx([PNL_CLIP, 50 * 0.05 / PNL_SCALE], rel=1e-3)
+    with torch.no_grad():
+        logp, _ = trainer._logprobs(items)
+        picked = [float(logp[i, item.target_index]) for i, item in enumerate(items)]
+        weighed = float(trainer._loss(items)[0])
+        trainer.options = replace(trainer.options, objective="imitate")  # the same targets, fitted as a logged answer is
+        alike = float(trainer._loss(items)[0])
+    paid = [items[0].paid, items[1].paid]
+    weights = [2 * p / sum(paid) for p in paid] + [0.5]
+    assert weighed == pytest.approx(-sum(w * x for w, x in zip(weights, picked)) / sum(weights), rel=1e-5)
+    assert alike == pytest.approx(-(picked[0] + picked[1] + 0.5 * picked[2]) / 2.5, rel=1e-5)
+
+
 def test_hold_weight_is_refused_for_objectives_that_do_not_imitate(run_cli) -> None:
     result = run_cli("train", "--dataset", "nothing", "--objective", "menu", "--hold-weight", "0")
     assert result.exit_code == 2 and "--hold-weight weighs the hold labels of distill, menu-imitate and hindsight, not menu" in result.output

@@ -4,7 +4,8 @@ Each decision's menu (hold; buy or sell `shares` of each of the window's stocks)
 against the window's ground truth with the evaluation's rules (`decisions.Task.price`). The policy,
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
 "counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or to
-the trade of the stock the latest fresh headline names that paid, hold elsewhere (`objective="hindsight"`), or
+the trade of the stock the latest fresh headline names that paid, weighed by what it paid, hold elsewhere
+(`objective="hindsight"`), or
 moved up its own expected reward over the menu (`objective="expected"`: the exact policy gradient,
 GRPO with every answer sampled), or each answer's log-probability margin over hold fitted to its
 reward / `reward_temperature` by least squares (`objective="value"`: the margins become the menu's
@@ -50,7 +51,7 @@ from babylon_rl.evaluate.rules import fresh_headlines
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack, shared_prefix
-from babylon_rl.train.decisions import Task, longest_prompts
+from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE, Task, longest_prompts
 from babylon_rl.train.torch_backend import Checkpoints
 
 
@@ -87,16 +88,9 @@ class MenuOptions:
     train_layers: int = 4
     max_grad_norm: float = 1.0
     cache_batch: int = 8
-    # items per forward and backward pass; None: 32 / train_layers. The trained blocks' activations grow with both (32
-    # items of four blocks take ~4 GB); one block runs at the menu's choices only, and 32 items a pass there cost 0.2 GB
-    # more than 8 and take a step ~30 % less time (docs/TRAINING.md#memory-memorypy)
-    micro_batch: int | None = None
+    micro_batch: int = 8  # items per forward and backward pass: the top blocks' activations of 32 items take ~4 GB
     seed: int = 0
     device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        if self.micro_batch is None:
-            object.__setattr__(self, "micro_batch", max(1, 32 // max(self.train_layers, 1)))
 
 
 HOLD_INDEX = 0  # the menu's first entry
@@ -154,6 +148,7 @@ class MenuItem:
     rewards: np.ndarray  # [len(answers)]
     correct: np.ndarray  # 1.0 where the answer's direction was right
     target_index: int  # the menu entry imitation fits: the logged answer's, or hindsight's (below); -1 when off the menu
+    paid: float = 1.0  # hindsight: what its trade target paid (P&L per PNL_SCALE, clipped), which weighs it in the loss
     states: object = None  # bf16 [len(packed), hidden], filled by `cache_states`
 
 
@@ -175,7 +170,8 @@ def hindsight_index(task: Task, answers: list[str], rewards: np.ndarray) -> int:
     The credit goes where the news points and nowhere else. A decision's reward over the whole menu is mostly the other
     stocks' moves (docs/TRAINING.md, "Hindsight on the named stock"); the named stock's own move is the news's effect plus
     its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time. No
-    headline is read for its meaning: the student learns what the words mean from what the stock did."""
+    headline is read for its meaning: the student learns what the words mean from what the stock did. The loss weighs
+    each such target by what it paid (`_weighed_by_pay`)."""
     latest = next(fresh_headlines(task.request), None)
     if latest is None:
         return HOLD_INDEX
@@ -216,13 +212,14 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
         rewards = np.array([r for r, _ in priced], dtype=np.float32)
         correct = np.array([float(o.correct) for _, o in priced], dtype=np.float32)
         index = hindsight_index(task, answers, rewards) if options.objective == "hindsight" else logged_index(task, answers)
+        paid = min(abs(priced[index][1].pnl) / PNL_SCALE, PNL_CLIP) if index >= 0 else 0.0
         tickers = sorted(task.truth.stocks)
         for _ in range(max(variants, 1)):
             mapping = dict(zip(tickers, rng.permutation(tickers))) if variants else {}
             request = renamed(task.request, mapping) if mapping else task.request
             shown = [shown_answer(a, mapping, options.answer_order) for a in answers]
             packed = pack(tokenizer, request, shown, answer_prefix(options.answer_order))
-            items.append(MenuItem(task, answers, shown, packed, rewards, correct, index))
+            items.append(MenuItem(task, answers, shown, packed, rewards, correct, index, paid))
     return items
 
 
@@ -605,6 +602,8 @@ class MenuTrainer(Checkpoints):
             kept = index >= 0
             picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
             counts = torch.where(index == HOLD_INDEX, o.hold_weight, 1.0)  # an off-menu answer counts and trains nothing
+            if o.objective == "hindsight":
+                counts = _weighed_by_pay(counts, index, kept, items)
             loss = loss + weight * -(picked * kept * counts).sum() / counts.sum().clamp(min=1e-9)
         if weight < 1:
             target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
@@ -725,6 +724,20 @@ def load_adapter(model, adapter: Path) -> None:
     from babylon_rl.train.torch_backend import ADAPTER_FILE
 
     set_peft_model_state_dict(model, load_file(str(adapter / ADAPTER_FILE)))
+
+
+def _weighed_by_pay(counts, index, kept, items: list[MenuItem]):
+    """Hindsight's trade targets weighed by what they paid, the batch's trades averaging 1 against a hold's weight. A
+    trade that paid a little is mostly the stock's noise, one that paid a lot mostly the news's drift; fitted with these
+    weights the student ranks buy above sell where the named stock's mean move is up (what P&L rewards), not where it
+    rose more often than not, and learns from the moves the headline made."""
+    import torch
+
+    trade = kept & (index != HOLD_INDEX)
+    if not trade.any():
+        return counts
+    paid = torch.tensor([item.paid for item in items], device=counts.device)
+    return torch.where(trade, paid / paid[trade].mean().clamp(min=1e-9), counts)
 
 
 def _margins(logp):
