@@ -49,12 +49,11 @@ class QuickstartOptions:
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
     # Training is `train`'s own recipe for hindsight and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
-    # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), sized to 10 minutes on 2
-    # cores: each distinct decision's frozen states cost ~0.3 s once, a step of 32 ~0.25 s (docs/BENCHMARKS.md#quickstart).
+    # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), run twice as long: the
+    # student's validation still rose at the recipe's 192 steps. On 2 cores with native bf16 each distinct decision's
+    # frozen states cost ~0.3 s once and a step of 32 ~0.22 s: 10 min 38 s with the install (docs/BENCHMARKS.md#quickstart).
     # Both runs draw the same train decisions (every agent's, the same seed), so their frozen states are computed once.
-    # training steps, the same for the student and the imitation baseline: twice train's recipe, as the student's
-    # validation still rose at the recipe's 192 (20 epochs over the 640 decisions; docs/TRAINING.md, "Hindsight")
-    steps: int | None = 384
+    steps: int | None = 384  # training steps, the same for the student and the imitation baseline
     groups_per_step: int | None = None  # decisions per step
     learning_rate: float | None = None
     train_decisions: int | None = 640  # distinct train decisions both runs read: their frozen states are what training costs
