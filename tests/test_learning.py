@@ -692,7 +692,8 @@ def test_the_anchor_fits_each_margin_between_the_reward_and_where_the_student_st
     training pass's backward intact."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, _margins
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_losses import margins
 
     task = _menu_task("ACME: Acme Corp misses earnings expectations")
     trainer = MenuTrainer(str(small_llama), MenuOptions(objective="value", anchor=0.25, train_layers=1, variants=0, seed=1,
@@ -700,11 +701,11 @@ def test_the_anchor_fits_each_margin_between_the_reward_and_where_the_student_st
     items = trainer.items_for([task], 0)
     started = trainer._start_margins(items).clone()
     with torch.no_grad():
-        assert torch.allclose(_margins(trainer._logprobs(items)[0]), started, atol=1e-5)
+        assert torch.allclose(margins(trainer._logprobs(items)[0]), started, atol=1e-5)
     for _ in range(3):
         trainer.step(items)  # would raise if the anchor's weight swap broke the graph
     with torch.no_grad():
-        moved = _margins(trainer._logprobs(items)[0])
+        moved = margins(trainer._logprobs(items)[0])
     assert (moved - started).abs().max() > 0.1
     assert torch.allclose(trainer._start_margins(items), started, atol=1e-5)
 
@@ -972,7 +973,8 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
 def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no_headline_is_fresh(small_llama):
     """The credit goes where the news points: the named stock's own move decides buy or sell, whatever the headline says
     and whatever the logged agent answered; a stale headline (or none) is fitted to hold."""
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, hindsight_index, menu
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, menu
+    from babylon_rl.train.menu_losses import hindsight_index
 
     def target(news: str, at: str = "12:13") -> tuple[str, str]:
         task = _menu_task(news, at)
@@ -1091,3 +1093,12 @@ def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunk
     held.clear()
     assert answers(2) == (base, adapted)
     assert held == [2, 2, 1]  # never more than a chunk's states at a time
+
+
+def test_every_menu_objective_has_one_loss_and_every_loss_an_objective():
+    """The registry a newcomer adds a menu objective to: each `--objective` of the menu names a loss of
+    `menu_losses.LOSSES`, and no loss is left without one."""
+    from babylon_rl.train.menu_losses import LOSSES
+    from babylon_rl.train.objectives import MENU_OBJECTIVES
+
+    assert set(MENU_OBJECTIVES.values()) == set(LOSSES)

@@ -15,7 +15,8 @@ nearly always did, so it learns to trade everywhere; the other two trade only wh
 average, which is what P&L and trade precision reward. The expected reward's gradient on an answer
 scales with the answer's probability, so it refines what the policy already does and cannot find a
 paying answer the policy never gives; least squares moves every answer by its error and stops where
-the fit is right.
+the fit is right. Each objective's target and loss are in `menu_losses.py`; this module makes the items, computes
+their frozen states and steps the adapter.
 
 Why renamed tickers: the stocks are exchangeable, but a window's moves are shared by all of its
 decisions, so a batch rewards whichever stock happened to win its windows (`sell ACME`), and a
@@ -47,11 +48,11 @@ import numpy as np
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt
-from babylon_rl.evaluate.rules import fresh_headlines
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack, shared_prefix
 from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE, Task, longest_prompts
+from babylon_rl.train.menu_losses import HOLD_INDEX, LOSSES, MenuBatch, counterfactual, imitate, margins
 from babylon_rl.train.torch_backend import Checkpoints
 
 
@@ -93,7 +94,6 @@ class MenuOptions:
     device: str = "cpu"
 
 
-HOLD_INDEX = 0  # the menu's first entry
 RANKED_CHUNK = 256  # decisions whose frozen states an evaluation holds at once (MenuRanker)
 
 
@@ -152,36 +152,6 @@ class MenuItem:
     states: object = None  # bf16 [len(packed), hidden], filled by `cache_states`
 
 
-def logged_index(task: Task, answers: list[str]) -> int:
-    logged = task.request.resolve(parse_action(task.logged_answer))
-    if logged is None or logged.kind not in ("buy", "sell", "hold"):
-        return -1
-    for i, answer in enumerate(answers):
-        action = parse_action(answer)
-        if action.kind == logged.kind and (logged.kind == "hold" or action.ticker == logged.ticker):
-            return i
-    return -1
-
-
-def hindsight_index(task: Task, answers: list[str], rewards: np.ndarray) -> int:
-    """The menu entry `hindsight` fits: where the prompt's latest fresh headline names a stock, the trade of that stock
-    that paid to the window's end (buy if it rose, sell if it fell); elsewhere hold.
-
-    The credit goes where the news points and nowhere else. A decision's reward over the whole menu is mostly the other
-    stocks' moves (docs/TRAINING.md, "Hindsight on the named stock"); the named stock's own move is the news's effect plus
-    its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time. No
-    headline is read for its meaning: the student learns what the words mean from what the stock did. The loss weighs
-    each such target by what it paid (`_weighed_by_pay`)."""
-    latest = next(fresh_headlines(task.request), None)
-    if latest is None:
-        return HOLD_INDEX
-    trades = {(a.kind, a.ticker): i for i, a in enumerate(map(parse_action, answers)) if a.kind in ("buy", "sell")}
-    buy, sell = trades.get(("buy", latest[0])), trades.get(("sell", latest[0]))
-    if buy is None or sell is None or rewards[buy] == rewards[sell]:
-        return HOLD_INDEX
-    return buy if rewards[buy] > rewards[sell] else sell
-
-
 TICKER_FIRST_PREFIX = '{"'
 
 
@@ -211,7 +181,7 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
         priced = [task.price(a) for a in answers]
         rewards = np.array([r for r, _ in priced], dtype=np.float32)
         correct = np.array([float(o.correct) for _, o in priced], dtype=np.float32)
-        index = hindsight_index(task, answers, rewards) if options.objective == "hindsight" else logged_index(task, answers)
+        index = LOSSES[options.objective].target(task, answers, rewards)
         paid = min(abs(priced[index][1].pnl) / PNL_SCALE, PNL_CLIP) if index >= 0 else 0.0
         tickers = sorted(task.truth.stocks)
         for _ in range(max(variants, 1)):
@@ -574,41 +544,21 @@ class MenuTrainer(Checkpoints):
         return {"loss": total, "grad_norm": grad_norm, "seconds": time.monotonic() - started, "chosen": chosen}
 
     def _loss(self, items: list[MenuItem]):
-        """The mean loss of these items (cross-entropy to softmax(reward / T) over the menu, to the logged answer, or
-        `imitation_weight` of the second plus the rest of the first; or minus the expected menu reward), and their menu
-        log-probabilities."""
-        import torch
-
+        """The mean loss of these items under the options' objective (`menu_losses.LOSSES`), or with `imitation_weight`
+        that weight of fitting the target plus the rest of counterfactual's; and their menu log-probabilities."""
         o = self.options
         # before the pass that trains: the anchor's pass swaps the weights in place, which would break its backward
         start = self._start_margins(items) if o.objective == "value" and o.anchor else None
         logp, present = self._logprobs(items)
         rewards = _padded([item.rewards for item in items], logp.shape[1], logp.device) * present
         rewards[:, HOLD_INDEX + 1 :] -= o.trade_cost * present[:, HOLD_INDEX + 1 :]
-        if o.objective == "expected":
-            return -(logp.masked_fill(~present, 0.0).exp() * rewards).sum(1).mean(), logp
-        if o.objective == "value":
-            # Least squares fits the mean over the windows that share a context: the margins converge on the expected
-            # reward / T, and an answer's gradient is its error, whatever the policy gives it (a hold's margin is 0).
-            target = rewards / o.reward_temperature
-            if start is not None:
-                target = (target + o.anchor * start) / (1 + o.anchor)
-            errors = (_margins(logp) - target).masked_fill(~present, 0.0)
-            return ((errors**2).sum(1) / (present.sum(1) - 1).clamp(min=1)).mean(), logp
-        weight = o.imitation_weight if o.imitation_weight is not None else float(o.objective in ("imitate", "hindsight"))
-        loss = torch.zeros((), device=logp.device)
-        if weight > 0:
-            index = torch.tensor([item.target_index for item in items], device=logp.device)
-            kept = index >= 0
-            picked = logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
-            counts = torch.where(index == HOLD_INDEX, o.hold_weight, 1.0)  # an off-menu answer counts and trains nothing
-            if o.objective == "hindsight":
-                counts = _weighed_by_pay(counts, index, kept, items)
-            loss = loss + weight * -(picked * kept * counts).sum() / counts.sum().clamp(min=1e-9)
-        if weight < 1:
-            target = torch.softmax((rewards / o.reward_temperature).masked_fill(~present, -torch.inf), 1)
-            loss = loss + (1 - weight) * -(target * logp.masked_fill(~present, 0.0)).sum(1).mean()
-        return loss, logp
+        batch = MenuBatch(items, logp, present, rewards, start)
+        objective, weight = LOSSES[o.objective], o.imitation_weight
+        if weight is None:
+            return objective.loss(batch, o), logp
+        fit = objective.loss if objective.fits_target else imitate  # a population's distill knob
+        mixed = (weight * fit(batch, o) if weight > 0 else 0.0) + ((1 - weight) * counterfactual(batch, o) if weight < 1 else 0.0)
+        return mixed, logp
 
     def _start_margins(self, items: list[MenuItem]):
         """Each menu answer's log-probability margin over hold under the weights training started from (0 off the menu)."""
@@ -616,7 +566,7 @@ class MenuTrainer(Checkpoints):
 
         with torch.no_grad(), self._loaded(self.start):
             logp, present = self._logprobs(items)
-        return _margins(logp).masked_fill(~present, 0.0)
+        return margins(logp).masked_fill(~present, 0.0)
 
     def choose(self, items: list[MenuItem], batch: int = 16, averaged: bool = True) -> list[int]:
         """The menu entry the policy ranks first for each item (the averaged weights unless told otherwise)."""
@@ -724,25 +674,6 @@ def load_adapter(model, adapter: Path) -> None:
     from babylon_rl.train.torch_backend import ADAPTER_FILE
 
     set_peft_model_state_dict(model, load_file(str(adapter / ADAPTER_FILE)))
-
-
-def _weighed_by_pay(counts, index, kept, items: list[MenuItem]):
-    """Hindsight's trade targets weighed by what they paid, the batch's trades averaging 1 against a hold's weight. A
-    trade that paid a little is mostly the stock's noise, one that paid a lot mostly the news's drift; fitted with these
-    weights the student ranks buy above sell where the named stock's mean move is up (what P&L rewards), not where it
-    rose more often than not, and learns from the moves the headline made."""
-    import torch
-
-    trade = kept & (index != HOLD_INDEX)
-    if not trade.any():
-        return counts
-    paid = torch.tensor([item.paid for item in items], device=counts.device)
-    return torch.where(trade, paid / paid[trade].mean().clamp(min=1e-9), counts)
-
-
-def _margins(logp):
-    """Each menu answer's log-probability over hold's."""
-    return logp - logp[:, HOLD_INDEX : HOLD_INDEX + 1]
 
 
 def _padded(rows: list[np.ndarray], width: int, device):

@@ -12,7 +12,7 @@ from typing import Literal, get_args
 # hold fitted to its reward by least squares, which moves the answers the policy never gives as much as the ones it
 # does), the logged answer of every agent (menu-imitate, the imitation baseline), or the logged answers of the agents
 # the data proves best on train windows (distill, train/teachers.py), or the trade of the stock the news names that paid,
-# weighed by what it paid (hindsight: cached.hindsight_index).
+# weighed by what it paid (hindsight: menu_losses.hindsight_index); each one's loss is in train/menu_losses.py.
 MENU_OBJECTIVES = {"menu": "counterfactual", "menu-pg": "expected", "menu-value": "value", "menu-imitate": "imitate", "distill": "imitate",
                    "hindsight": "hindsight"}
 # every `--objective`: the logged path's over whole conversations (grpo, awr), the decision objectives', the menu's
