@@ -143,6 +143,19 @@ def test_model_init_converts_the_shipped_weights_once(smollm2):
     assert not again.created and again.path == smollm2
 
 
+def test_model_init_parses_the_gguf_once_and_leaves_gguf_as_it_found_it():
+    """transformers parses the GGUF once each for the tokenizer, config and weights: while converting, the second parse
+    is the first one's reader; afterwards gguf is untouched for anything else that reads a GGUF."""
+    import gguf
+
+    from babylon_rl.train.pretrained import _gguf_parsed_once, gguf_path
+
+    original = gguf.GGUFReader
+    with _gguf_parsed_once():
+        assert gguf.GGUFReader(str(gguf_path())) is gguf.GGUFReader(str(gguf_path()))
+    assert gguf.GGUFReader is original
+
+
 def test_a_grpo_step_samples_its_own_answers_and_moves_the_adapter(small_llama):
     import torch
 
