@@ -594,9 +594,10 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                                       "population's evolutions): drawn once from --seed, the same each time.")
 @click.option("--train-decisions", type=click.IntRange(min=1),
               help="Decision objectives: train on at most N of the train decisions (after distill's filter), drawn once from "
-                   "--seed. The frozen blocks cost per distinct decision and a step of --train-layers 1 almost nothing, so "
-                   "many epochs over fewer decisions fit a CPU budget (docs/TRAINING.md). Default: 640 for distill and "
-                   "menu-imitate, else all.")
+                   "--seed, one of every situation (a window and its latest fresh headline) before a second of any. The "
+                   "frozen blocks cost per distinct decision and a step of --train-layers 1 almost nothing, so many epochs "
+                   "over fewer decisions fit a CPU budget (docs/TRAINING.md). Default: 640 for distill, menu-imitate and "
+                   "hindsight, else all.")
 @click.option("--bound", "bounds", multiple=True, metavar="NAME=LOW:HIGH",
               help="--population: where mutation may take a hyper-parameter (learning_rate, lora_r, lora_alpha, batch, ema, "
                    "reward_temperature, imitation_weight); repeatable.")
@@ -814,9 +815,9 @@ def improve(obj: BabylonContext, **options) -> None:
                    "validation is evaluated).")
 @click.option("--groups-per-step", type=click.IntRange(min=1), default=None, help="Decisions per step. Default: train's recipe.")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Default: train's recipe.")
-@click.option("--train-decisions", type=click.IntRange(min=1), default=640, show_default=True,
-              help="Distinct train decisions both training runs read, the same ones (their frozen states, computed once, "
-                   "are what training costs).")
+@click.option("--train-decisions", type=click.IntRange(min=1), default=480, show_default=True,
+              help="Distinct train decisions both training runs read, the same ones, spread over situations (a window and "
+                   "its latest fresh headline); their frozen states, computed once, are what training costs.")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,

@@ -51,12 +51,14 @@ class QuickstartOptions:
     # Training is `train`'s own recipe for hindsight and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
     # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), run twice as long: the
     # student's validation still rose at the recipe's 192 steps. On 2 cores with native bf16 each distinct decision's
-    # frozen states cost ~0.3 s once and a step of 32 ~0.22 s: 10 min 38 s with the install (docs/BENCHMARKS.md#quickstart).
+    # frozen states cost ~0.3 s once (~0.6 s in float32 without it) and a step of 32 ~0.22 s (docs/BENCHMARKS.md#quickstart).
     # Both runs draw the same train decisions (every agent's, the same seed), so their frozen states are computed once.
     steps: int | None = 384  # training steps, the same for the student and the imitation baseline
     groups_per_step: int | None = None  # decisions per step
     learning_rate: float | None = None
-    train_decisions: int | None = 640  # distinct train decisions both runs read: their frozen states are what training costs
+    # distinct train decisions both runs read, spread over situations (loop.drawn): their frozen states are what training
+    # costs, and 480 spread hold more distinct situations than 640 drawn at random did (docs/TRAINING.md#which-train-decisions)
+    train_decisions: int | None = 480
     validation_decisions: int = 128  # each selection pass's, every `eval_every` steps
     eval_every: int = 32
     shares: int = 50  # the menu's trade size, and the references' in the eval

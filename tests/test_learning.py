@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, SYSTEM_PROMPT, decision_prompt, observation_text
@@ -1073,6 +1075,41 @@ def test_the_validation_sample_is_drawn_once_per_seed_in_split_order(size, seed)
     assert len(sample) == min(size, len(split)) and set(sample) <= set(split)
     if size < len(split):
         assert validation_sample(split, size, seed + 1) != sample
+
+
+@settings(max_examples=200, deadline=None)
+@given(situations=st.lists(st.integers(0, 7), min_size=1, max_size=40), size=st.integers(1, 50), seed=st.integers(0, 3))
+def test_a_train_draw_takes_one_decision_of_every_situation_before_a_second_of_any(situations, size, seed):
+    """--train-decisions spreads over situations (a window and its latest fresh headline): decisions of one situation
+    teach hindsight one target, so a draw that took two of one while another had none would spend frozen states on a
+    repeat. The draw stays seeded and in split order."""
+    from collections import Counter
+
+    from babylon_rl.train.loop import drawn
+
+    decisions = [(situation, i) for i, situation in enumerate(situations)]  # (its situation, its place in the split)
+    draw = drawn(decisions, size, seed, situation=lambda d: d[0])
+    assert draw == drawn(decisions, size, seed, situation=lambda d: d[0])
+    assert [i for _, i in draw] == sorted(i for _, i in draw)
+    assert len(draw) == min(size, len(decisions)) and set(draw) <= set(decisions)
+    taken, available = Counter(s for s, _ in draw), Counter(situations)
+    not_exhausted = [taken[s] for s in available if taken[s] < available[s]]
+    if not_exhausted:
+        assert max(taken.values(), default=0) <= min(not_exhausted) + 1
+
+
+def test_decisions_of_one_window_and_fresh_headline_are_one_situation():
+    """What the spread draw counts: the same window and latest fresh headline are one situation whoever's portfolio the
+    prompt shows; another headline, or none, is another."""
+    def task(window: str, news: str, portfolio: str) -> Task:
+        text = f"12:40, 20 min left\nACME 223 +0.1%\nNews:\n{news}\nCash {portfolio}; holding none; bets none; P&L +0"
+        prompt = SimpleNamespace(messages=[{"role": "user", "content": text}])
+        return Task("t", window, prompt, None, None, "")
+
+    bullish = "12:30 ACME: Acme Corp beats earnings expectations"
+    assert task("w1", bullish, "9,000").situation == task("w1", bullish, "12,000").situation == ("w1", ("ACME", bullish[12:]))
+    assert task("w1", "12:35 BOLT: Bolt Inc misses estimates", "9,000").situation != task("w1", bullish, "9,000").situation
+    assert task("w1", "11:50 ACME: old news", "9,000").situation == ("w1", None) != task("w2", "11:50 ACME: old", "1").situation
 
 
 def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunks_states(smollm2, tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.constant import candidates
 from babylon_rl.evaluate.decisions import Decision
 from babylon_rl.evaluate.prompts import DecisionPrompt
+from babylon_rl.evaluate.rules import fresh_headlines
 from babylon_rl.evaluate.scoring import GroundTruth, Observation, Outcome, read_observation, score_action
 from babylon_rl.settings import Home
 
@@ -56,6 +57,12 @@ class Task:
     def price(self, answer: str) -> tuple[float, Outcome]:
         outcome = score_action(self.request.resolve(parse_action(answer)), self.observation, self.truth)
         return reward_of(outcome), outcome
+
+    @property
+    def situation(self) -> tuple:
+        """What decisions share a target: the window and its latest fresh headline (None: its steps without fresh news).
+        Decisions of one situation differ by their agent's portfolio, not by what the market did next."""
+        return self.window_id, next(fresh_headlines(self.request), None)
 
     @property
     def menu(self) -> list[str]:

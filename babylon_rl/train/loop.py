@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Hashable, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
@@ -355,11 +356,20 @@ def validation_sample(validation: list, size: int, seed: int) -> list:
     return drawn(validation, size, seed + 3)
 
 
-def drawn(decisions: list, size: int, seed: int) -> list:
-    """`size` of `decisions` (all when fewer), drawn from `seed`, in their order."""
+def drawn(decisions: list, size: int, seed: int, situation: Callable[[Any], Hashable] | None = None) -> list:
+    """`size` of `decisions` (all when fewer), drawn from `seed`, in their order. With `situation`, spread over its values:
+    one decision of every situation (in the draw's order) before a second of any."""
     if len(decisions) <= size:
         return list(decisions)
-    return [decisions[i] for i in sorted(np.random.default_rng(seed).permutation(len(decisions))[:size])]
+    order = list(np.random.default_rng(seed).permutation(len(decisions)))
+    if situation is not None:
+        drawn_so_far: Counter = Counter()
+        nth = {}
+        for i in order:
+            key = situation(decisions[i])
+            nth[i], drawn_so_far[key] = drawn_so_far[key], drawn_so_far[key] + 1
+        order.sort(key=nth.__getitem__)  # stable: the draw's order within each round
+    return [decisions[i] for i in sorted(order[:size])]
 
 
 def _load_data(home: Home, config: TrainConfig):
@@ -373,7 +383,9 @@ def _load_data(home: Home, config: TrainConfig):
 
             data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
         if config.train_decisions:
-            data = replace(data, train=drawn(data.train, config.train_decisions, config.seed + 4))
+            # spread over situations: decisions of one window and headline teach hindsight one target, and each costs its
+            # frozen states all the same (docs/TRAINING.md#which-train-decisions)
+            data = replace(data, train=drawn(data.train, config.train_decisions, config.seed + 4, situation=lambda task: task.situation))
         return data
     return load_scored_dataset(home, config.dataset)
 
