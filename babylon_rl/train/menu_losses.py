@@ -107,7 +107,8 @@ def value(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
 def imitate(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
     """Cross-entropy to each item's target entry, a hold target at `hold_weight` against a trade's 1; an item without a
     target on the menu counts and trains nothing."""
-    return _fitted(batch, _target_counts(batch, o))
+    index = _targets(batch)
+    return _fitted(batch, index, _hold_weighted(index, o))
 
 
 def hindsight(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
@@ -117,13 +118,13 @@ def hindsight(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
     move is up (what P&L rewards), not where it rose more often than not, and learns from the moves the headline made."""
     import torch
 
-    counts = _target_counts(batch, o)
     index = _targets(batch)
+    counts = _hold_weighted(index, o)
     trade = (index >= 0) & (index != HOLD_INDEX)
     if trade.any():
         paid = torch.tensor([item.paid for item in batch.items], device=counts.device)
         counts = torch.where(trade, paid / paid[trade].mean().clamp(min=1e-9), counts)
-    return _fitted(batch, counts)
+    return _fitted(batch, index, counts)
 
 
 def _targets(batch: MenuBatch) -> "torch.Tensor":
@@ -132,15 +133,14 @@ def _targets(batch: MenuBatch) -> "torch.Tensor":
     return torch.tensor([item.target_index for item in batch.items], device=batch.logp.device)
 
 
-def _target_counts(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
+def _hold_weighted(index: "torch.Tensor", o: "MenuOptions") -> "torch.Tensor":
     import torch
 
-    return torch.where(_targets(batch) == HOLD_INDEX, o.hold_weight, 1.0)
+    return torch.where(index == HOLD_INDEX, o.hold_weight, 1.0)
 
 
-def _fitted(batch: MenuBatch, counts: "torch.Tensor") -> "torch.Tensor":
+def _fitted(batch: MenuBatch, index: "torch.Tensor", counts: "torch.Tensor") -> "torch.Tensor":
     """Minus the targets' log-probabilities, weighed by `counts`; an item without a target counts and trains nothing."""
-    index = _targets(batch)
     picked = batch.logp.gather(1, index.clamp(min=0)[:, None]).squeeze(1)
     return -(picked * (index >= 0) * counts).sum() / counts.sum().clamp(min=1e-9)
 
