@@ -235,7 +235,7 @@ def test_sampling_with_a_shared_prompt_cache_matches_plain_generation(small_llam
             assert torch.equal(row, out[: len(row)])
 
 
-@pytest.mark.parametrize("objective", [("--on-policy",), ("--objective", "counterfactual"), ("--objective", "menu")])
+@pytest.mark.parametrize("objective", [("--on-policy",), ("--objective", "counterfactual"), ("--objective", "menu"), ("--objective", "hindsight")])
 def test_training_and_selection_never_read_the_eval_split(home, small_llama, run_cli, objective):
     """End to end on a simulated market: inputs.json lists every id training read; none is in the manifest's eval ids."""
     for args in (("simulate", "--agents", "6", "--windows", "14", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
@@ -254,6 +254,8 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     train_ids = set(pl.read_parquet(home / "datasets" / "d" / "train.parquet")["trajectory_id"])
     validation_ids = set(pl.read_parquet(home / "datasets" / "d" / "validation.parquet")["trajectory_id"])
     assert read and read <= train_ids | validation_ids and not read & eval_ids
+    if "hindsight" in objective:  # the headline standing read every train decision, whichever it trained on
+        assert train_ids <= read and "headlines" in json.loads((home / "runs" / "r" / "inputs.json").read_text())
     best = json.loads((home / "runs" / "r" / "best.json").read_text())
     assert "score" in best  # keep-best chose on the validation split's greedy answers
     menu = ("--menu-shares", "50") if "menu" in objective else ()  # the menu policies: one shared base, answers on the menu
@@ -1008,6 +1010,43 @@ def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no
                for objective in ("hindsight", "imitate")}
     assert targets["hindsight"].answers[targets["hindsight"].target_index] == '{"action": "buy", "ticker": "ACME", "shares": 50}'
     assert targets["imitate"].target_index == 0
+
+
+def _headline_run(news: str, window: int, end: float) -> Task:
+    """`_menu_task` in its own window, the named stock (ACME, at $223.79 when it decides) ending at `end`."""
+    task = _menu_task(news)
+    truth = GroundTruth(f"w{window}", task.truth.stocks | {"ACME": Stock(220.0, end)}, {})
+    return replace(task, trajectory_id=f"t{window}", window_id=f"w{window}", truth=truth)
+
+
+def test_hindsight_fits_what_a_recurring_headline_did_on_average_not_what_its_stock_did_once():
+    """The headline standing pools a headline's train situations across stocks (its ticker and company name masked) and
+    judges it by its mean move at a level corrected for the headlines judged: a headline whose stock rose in 10 of 12
+    windows calls for buy even where its stock fell, one that moved either way for hold even where its stock rose, and
+    one too rare to judge leaves each decision's own move as the target. A situation counts once."""
+    from babylon_rl.train.cached import menu
+    from babylon_rl.train.headlines import MIN_SITUATIONS, headline_standing
+    from babylon_rl.train.menu_losses import hindsight_index
+
+    rises = [_headline_run("ACME: Acme Corp beats earnings expectations", i, 229.0 if i % 6 else 221.0) for i in range(12)]
+    either = [_headline_run("ACME: Acme Corp updates its logo", 20 + i, 226.0 if i % 2 else 221.5) for i in range(12)]
+    rare = [_headline_run("ACME: Acme Corp opens a new office", 40 + i, 221.0) for i in range(MIN_SITUATIONS - 1)]
+    again = replace(rises[1], trajectory_id="other agent", truth=GroundTruth("w1", rises[1].truth.stocks | {"ACME": Stock(220.0, 200.0)}, {}))
+    standing = headline_standing(rises + either + rare + [again])
+    assert {m.headline: (m.situations, m.direction) for m in standing.moves.values()} == {
+        "{name} beats earnings expectations": (12, "buy"), "{name} updates its logo": (12, "hold")}
+    assert standing.rare == 1 and standing.corrected_level == pytest.approx(0.975)
+    assert "2 recur in 10+ train situations (1 rarer ones not judged); 1 move their stock up and 0 down" in standing.line()
+
+    def target(task: Task) -> str:
+        answers = menu(task, 50)
+        rewards = np.array([task.price(a)[0] for a in answers], dtype=np.float32)
+        return parse_action(answers[hindsight_index(task, answers, rewards)]).kind
+
+    credited = standing.credited([rises[0], either[1], rare[0], _menu_task("ACME: Acme Corp beats earnings expectations", at="11:40")])
+    assert [t.news_direction for t in credited] == ["buy", "hold", None, None]
+    assert [target(t) for t in (rises[0], either[1])] == ["sell", "buy"]  # each decision's own move
+    assert [target(t) for t in credited] == ["buy", "hold", "sell", "hold"]  # the headline's call; the rare one's own move
 
 
 def test_hindsight_weighs_each_trade_target_by_what_it_paid_and_holds_as_before(small_llama):

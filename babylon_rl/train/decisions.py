@@ -28,6 +28,7 @@ from babylon_rl.settings import Home
 
 if TYPE_CHECKING:
     from babylon_rl.dataset.dataset import Dataset
+    from babylon_rl.train.headlines import HeadlineStanding
     from babylon_rl.train.teachers import Teachers
 
 INVALID_REWARD = -2.0
@@ -48,6 +49,9 @@ class Task:
     truth: GroundTruth
     logged_answer: str  # what the logged agent answered (the imitation baseline's and distillation's target)
     agent_id: str = ""  # who answered it in the logs (distillation keeps its teachers' decisions)
+    # hindsight: the trade (buy | sell) or hold its latest fresh headline calls for by its mean move over the train
+    # windows (train/headlines.py); None: no fresh headline, or one too rare to judge
+    news_direction: str | None = None
 
     @classmethod
     def from_decision(cls, decision: Decision, truth: GroundTruth) -> "Task":
@@ -86,6 +90,7 @@ class DecisionData:
     validation: list[Task]
     teachers: "Teachers | None" = None  # distillation: who the train decisions were kept for
     teacher_answers: str = "all"  # distillation: which of their answers were kept (`teachers.TEACHER_ANSWERS`)
+    headlines: "HeadlineStanding | None" = None  # hindsight: what each recurring headline did on the train windows
     read_trajectory_ids: frozenset[str] = frozenset()  # ids read besides the kept decisions' (the standing's windows)
 
     @property
@@ -109,6 +114,16 @@ class DecisionData:
                                   "fresh headline of its prompt names (--teacher-answers news keeps "
                                   f"{TEACHER_ANSWERS['news']}): use --teacher-answers all")
         return replace(self, train=kept, teachers=teachers, teacher_answers=answers,
+                       read_trajectory_ids=frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids)
+
+
+    def credited_by_headlines(self) -> "DecisionData":
+        """Every train decision with what its headline calls for by its mean move over the train windows
+        (`headlines.py`): all of them are read, whichever `--train-decisions` later draws."""
+        from babylon_rl.train.headlines import headline_standing
+
+        standing = headline_standing(self.train)
+        return replace(self, train=standing.credited(self.train), headlines=standing,
                        read_trajectory_ids=frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids)
 
 

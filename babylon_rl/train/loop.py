@@ -259,8 +259,9 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
     if config.population:
         check_population(config, total_steps)
-    if getattr(data, "teachers", None):
-        console.print(data.teachers.line())
+    for standing in (getattr(data, "teachers", None), getattr(data, "headlines", None)):
+        if standing:
+            console.print(standing.line())
     create_run(run, config)
     _record_inputs(run, data)
 
@@ -382,6 +383,8 @@ def _load_data(home: Home, config: TrainConfig):
             from babylon_rl.train.teachers import choose
 
             data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
+        if config.objective == "hindsight":
+            data = data.credited_by_headlines()
         if config.train_decisions:
             # spread over situations: decisions of one window and headline teach hindsight one target, and each costs its
             # frozen states all the same (docs/TRAINING.md#which-train-decisions)
@@ -433,6 +436,8 @@ def _record_inputs(run: RunDir, data) -> None:
     """inputs.json: every trajectory id training and selection read (the tests check none is an eval id)."""
     teachers = getattr(data, "teachers", None)
     extra = {"teachers": teachers.to_dict(), "teacher_answers": data.teacher_answers, "taught_decisions": len(data.train)} if teachers else {}
+    if getattr(data, "headlines", None):
+        extra["headlines"] = data.headlines.to_dict()
     run.inputs.write_text(json.dumps({"dataset": data.name, "trajectory_ids": data.read_ids, **extra}, indent=1))
 
 

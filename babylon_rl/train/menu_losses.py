@@ -61,19 +61,25 @@ def logged_index(task: "Task", answers: list[str], rewards: np.ndarray | None = 
 
 def hindsight_index(task: "Task", answers: list[str], rewards: np.ndarray) -> int:
     """The menu entry `hindsight` fits: where the prompt's latest fresh headline names a stock, the trade of that stock
-    that paid to the window's end (buy if it rose, sell if it fell); elsewhere hold.
+    its headline calls for by its mean move over the train windows (`task.news_direction`, train/headlines.py: buy,
+    sell, or hold where that mean does not stand out), or, for a headline too rare to judge, the trade that paid in
+    this decision (buy if the stock rose to the window's end, sell if it fell); elsewhere hold.
 
     The credit goes where the news points and nowhere else. A decision's reward over the whole menu is mostly the other
     stocks' moves (docs/TRAINING.md, "Hindsight on the named stock"); the named stock's own move is the news's effect plus
-    its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time. No
-    headline is read for its meaning: the student learns what the words mean from what the stock did. The loss weighs
-    each such target by what it paid (`hindsight`)."""
+    its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time, which
+    the mean over a headline's windows cancels. No headline is read for its meaning: the student learns what the words
+    mean from what the stocks did. The loss weighs each trade target by what it paid or cost here (`hindsight`)."""
     latest = next(fresh_headlines(task.request), None)
     if latest is None:
         return HOLD_INDEX
     trades = {(a.kind, a.ticker): i for i, a in enumerate(map(parse_action, answers)) if a.kind in ("buy", "sell")}
     buy, sell = trades.get(("buy", latest[0])), trades.get(("sell", latest[0]))
-    if buy is None or sell is None or rewards[buy] == rewards[sell]:
+    if buy is None or sell is None:
+        return HOLD_INDEX
+    if task.news_direction is not None:
+        return {"buy": buy, "sell": sell}.get(task.news_direction, HOLD_INDEX)
+    if rewards[buy] == rewards[sell]:
         return HOLD_INDEX
     return buy if rewards[buy] > rewards[sell] else sell
 
