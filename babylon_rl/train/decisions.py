@@ -116,7 +116,6 @@ class DecisionData:
         return replace(self, train=kept, teachers=teachers, teacher_answers=answers,
                        read_trajectory_ids=frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids)
 
-
     def credited_by_headlines(self) -> "DecisionData":
         """Every train decision with what its headline calls for by its mean move over the train windows
         (`headlines.py`): all of them are read, whichever `--train-decisions` later draws."""

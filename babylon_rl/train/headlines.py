@@ -15,9 +15,11 @@ before. The interval is mean ± z · sd / √n over the headline's situations at
 headlines judged (Bonferroni, as the agents' standing is).
 
 Headlines are compared with the named stock's ticker and company name masked ("{name} beats earnings expectations"),
-so one headline pools its windows across stocks. Nothing else of a headline is read: no template, no sentiment, no
-simulator fact. Train decisions only; a situation (a window and its latest fresh headline, `Task.situation`) counts
-once, at its first decision.
+so one headline pools its windows across stocks. The company name is the game's name for the ticker
+(`simulate.market.company_name`, which the renamed training copies use too, `cached.renamed`); where a game's headlines
+name a company otherwise, a headline pools within its stock only. No template or sentiment is read: the standing
+finds the neutral headlines from the moves. Train decisions only; a situation (a window and its latest fresh
+headline, `Task.situation`) counts once, at its first decision.
 """
 
 from __future__ import annotations
