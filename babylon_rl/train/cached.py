@@ -148,7 +148,7 @@ class MenuItem:
     rewards: np.ndarray  # [len(answers)]
     correct: np.ndarray  # 1.0 where the answer's direction was right
     target_index: int  # the menu entry imitation fits: the logged answer's, or hindsight's (below); -1 when off the menu
-    paid: float = 1.0  # hindsight: what its trade target paid (P&L per PNL_SCALE, clipped), which weighs it in the loss
+    paid: float = 1.0  # hindsight: what its trade target paid or cost here (|P&L| per PNL_SCALE, clipped), its weight in the loss
     states: object = None  # bf16 [len(packed), hidden], filled by `cache_states`
 
 

@@ -118,10 +118,11 @@ def imitate(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
 
 
 def hindsight(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
-    """Imitation of `hindsight_index`'s targets, each trade target weighed by what it paid (`MenuItem.paid`), the batch's
-    trades averaging 1 against a hold's weight. A trade that paid a little is mostly the stock's noise, one that paid a
-    lot mostly the news's drift; fitted with these weights the student ranks buy above sell where the named stock's mean
-    move is up (what P&L rewards), not where it rose more often than not, and learns from the moves the headline made."""
+    """Imitation of `hindsight_index`'s targets, each trade target weighed by what it paid or cost in its decision (the
+    absolute P&L, `MenuItem.paid`), the batch's trades averaging 1 against a hold's weight: the decisions with most at
+    stake count most. Where the target is the decision's own move (a headline too rare to judge), a trade that paid a
+    little is mostly the stock's noise and one that paid a lot mostly the news's drift, so the student ranks buy above
+    sell where the named stock's mean move is up (what P&L rewards), not where it rose more often than not."""
     import torch
 
     index = _targets(batch)
