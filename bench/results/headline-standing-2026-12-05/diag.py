@@ -1,12 +1,12 @@
 """Lab: what a trained menu student answers on VALIDATION decisions, by the latest fresh headline's sentiment.
 usage: diag.py HOME RUN [RUN...]   (never reads the eval split)"""
-import sys, json
+import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from babylon_rl.settings import Home
 from babylon_rl.train.decisions import load_decision_data
 from babylon_rl.train.cached import MenuRanker
-from babylon_rl.evaluate.rules import fresh_headlines, headline_sentiment
+from babylon_rl.evaluate.rules import headline_sentiment
 from babylon_rl.evaluate.actions import parse_action
 
 home = Home(Path(sys.argv[1]))
