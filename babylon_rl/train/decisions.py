@@ -113,8 +113,7 @@ class DecisionData:
                 raise ConfigError(f"none of the teachers' train trades of dataset {self.name!r} is of the stock the latest "
                                   "fresh headline of its prompt names (--teacher-answers news keeps "
                                   f"{TEACHER_ANSWERS['news']}): use --teacher-answers all")
-        return replace(self, train=kept, teachers=teachers, teacher_answers=answers,
-                       read_trajectory_ids=frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids)
+        return replace(self, train=kept, teachers=teachers, teacher_answers=answers, read_trajectory_ids=self._every_train_id)
 
     def credited_by_headlines(self) -> "DecisionData":
         """Every train decision with what its headline calls for by its mean move over the train windows
@@ -122,8 +121,12 @@ class DecisionData:
         from babylon_rl.train.headlines import headline_standing
 
         standing = headline_standing(self.train)
-        return replace(self, train=standing.credited(self.train), headlines=standing,
-                       read_trajectory_ids=frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids)
+        return replace(self, train=standing.credited(self.train), headlines=standing, read_trajectory_ids=self._every_train_id)
+
+    @property
+    def _every_train_id(self) -> frozenset[str]:
+        """What a step that reads every train decision (a standing) adds to the ids read, whichever it then keeps."""
+        return frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids
 
 
 def load_decision_data(home: Home, name: str) -> DecisionData:

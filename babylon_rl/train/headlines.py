@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from babylon_rl.evaluate.rules import fresh_headlines
 from babylon_rl.evaluate.stats import Interval
 from babylon_rl.simulate.market import company_name
 
@@ -68,7 +67,7 @@ class HeadlineStanding:
 
     def direction(self, task: "Task") -> str | None:
         """What the task's latest fresh headline calls for (buy, sell or hold); None: no fresh headline, or one not judged."""
-        latest = next(fresh_headlines(task.request), None)
+        latest = task.situation[1]
         judged = self.moves.get(masked(*latest)) if latest else None
         return judged.direction if judged else None
 
@@ -96,10 +95,11 @@ def headline_standing(tasks: list["Task"], level: float = LEVEL) -> HeadlineStan
     moves: dict[str, list[float]] = {}
     seen = set()
     for task in tasks:
-        latest = next(fresh_headlines(task.request), None)
-        if latest is None or task.situation in seen:
+        situation = task.situation
+        latest = situation[1]
+        if latest is None or situation in seen:
             continue
-        seen.add(task.situation)
+        seen.add(situation)
         now, stock = task.observation.prices.get(latest[0]), task.truth.stocks.get(latest[0])
         if now and stock is not None:
             moves.setdefault(masked(*latest), []).append((stock.end / now - 1) * 100)
