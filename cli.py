@@ -820,8 +820,8 @@ def improve(obj: BabylonContext, **options) -> None:
                    "its latest fresh headline); their frozen states, computed once, are what training costs.")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True,
               help="Shares per menu trade: what the policy trains and answers with, and what the references trade in the eval.")
-@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Held-out decisions replayed per eval window (a seeded sample): many windows narrow the interval, more decisions of one window barely do.")
+@click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Held-out decisions replayed per eval window (a seeded sample): many windows narrow the interval, more decisions of one window less.")
 @click.option("--base-model", default="smollm2-135m", show_default=True, help="The policy to train (smollm2-135m is made on first use).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)

@@ -309,6 +309,7 @@ class TerminalConsole(Console):
             yield on_policy
 
     def evaluated(self, result: EvalResult, json_path: Path, csv_path: Path) -> None:
+        from babylon_rl.evaluate.run import MIN_VALID_RATE
         from babylon_rl.evaluate.table import comparison_line, design_line, eval_table
 
         self.print(eval_table(result))
@@ -316,7 +317,8 @@ class TerminalConsole(Console):
             self.print(comparison_line(role, diff, "model", result.named_baseline))
         if "baseline" in result.comparison or "constant" in result.comparison:
             shown = "shown" if result.learning_shown else \
-                "NOT shown (it must beat every reference, the baseline and the best constant at least, on P&L and trade precision)"
+                "NOT shown (it must beat every reference, the baseline and the best constant at least, on P&L and trade precision)" \
+                if result.model_valid else f"NOT shown (under {MIN_VALID_RATE:.0%} of its answers were valid actions)"
             self.print(f"learning {shown}")
         design = design_line(result.design_check)
         if design:
@@ -331,11 +333,11 @@ class TerminalConsole(Console):
         o = result.options
         table = Table(title=f"arena: {o.windows} windows x {o.steps_per_window} decisions, {o.policy_agents} agents per model "
                             f"among {o.agents} personas, seed {o.seed}, news strength {o.news_strength:g}")
-        for column in ("who", "mean window P&L per agent [95% CI]", "decisions", "failed", "s/window"):
+        for column in ("who", "mean window P&L per agent [95% CI]", "decisions", "valid", "s/window"):
             table.add_column(column, justify="left" if column == "who" else "right")
         for side in result.sides:
             table.add_row(f"{side.role} {side.model}", _interval(side.mean), f"{side.decisions:,}",
-                          f"{side.actions.get('failed', 0.0):.0%}", f"{side.seconds_per_window:.2f}")
+                          f"{side.valid_share:.0%}", f"{side.seconds_per_window:.2f}")
         for persona, mean in result.personas.items():
             table.add_row(f"persona {persona}", _interval(mean), "", "", "")
         self.print(table)

@@ -146,11 +146,11 @@ def objective_signal(home: Home, dataset: str, shares: int, renamed: bool, tempe
                      horizon: str = "window-end") -> dict[str, float]:
     """The gain in nats per validation decision of a headline-reading policy over the marginal, under this objective
     (its targets priced at the window's end, or at the agent's next look: `cached.next_look`)."""
-    from babylon_rl.train.cached import menu as menu_of
+    from babylon_rl.evaluate.constant import candidates
     from babylon_rl.train.cached import next_look
 
     data = load_decision_data(home, dataset)
-    menu = menu_of(data.train[0], shares)
+    menu = candidates({data.train[0].window_id: data.train[0].truth}, shares)  # every trade, priced as it would pay
     answers = [json.loads(a) for a in menu]
     horizon_of = next_look if horizon == "next-look" else list
     train_targets = _targets(priced(horizon_of(data.train), menu)[0], temperature)

@@ -29,7 +29,7 @@ def observation(minute: int) -> str:
         "  ACME $101.00 (+1.00% since your last look)\n  BOLT $50.00 (+0.00% since your last look)\n"
         "News so far this window:\n  [00:00] ACME: Acme Corp beats earnings expectations\n"
         'Prediction markets:\n  pm-1 "Will ACME close the hour above $100.50?" YES at 50%\n'
-        "Your portfolio: cash $10,000.00; positions: none; open bets: none; P&L so far $+0.00.\n"
+        "Your portfolio: cash $10,000.00; positions: ACME 10 @ $100.00, BOLT 10 @ $50.00; open bets: none; P&L so far $+0.00.\n"
         'What do you do?\nAnswer with one JSON action, e.g. {"action": "hold"}.'
     )
 

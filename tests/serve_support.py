@@ -44,14 +44,14 @@ def make_run_home(root: Path) -> Path:
     home = Home(root)
     base_dir = init_default_model(home).path
     run = root / "runs" / RUN
-    for step, seed in ((1, 1), (2, 2)):
+    for step, seed, scale in ((1, 1, 0.25), (2, 2, 1.0)):  # step 2 strong enough to choose another menu entry than the base
         torch.manual_seed(seed)  # lora_A's initial weights
         model = lora_model(AutoModelForCausalLM.from_pretrained(base_dir), rank=4, top_layers=8)
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             for name, param in model.named_parameters():
                 if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=generator) * 0.25)
+                    param.copy_(torch.randn(param.shape, generator=generator) * scale)
         out = run / "checkpoints" / f"step-{step}"
         model.save_pretrained(out)
         AutoTokenizer.from_pretrained(base_dir).save_pretrained(out)

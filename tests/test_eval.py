@@ -73,13 +73,24 @@ def test_direction_and_counterfactual_pnl():
     assert score_action(None, obs, truth).kind == "invalid"
 
 
-def test_price_fallback_threshold_and_cash_cap():
+def test_price_fallback_threshold_and_the_games_rules():
     truth = GroundTruth.from_json("w", json.dumps([{"ticker": "ACME", "start_price": 100.0, "end_price": 100.3}]), "[]")
     unreadable = read_observation("no prices here")
     assert score_action(Action("hold"), unreadable, truth).correct is True  # 0.3 % from the start price
     assert score_action(Action("buy", ticker="ACME", shares=1), unreadable, truth).correct is False
-    capped = score_action(Action("buy", ticker="ACME", shares=10**9), read_observation("cash $1,000.00;"), truth)
-    assert capped.pnl == pytest.approx(10 * 0.3)  # floor(1000 / 100) shares
+    capped = score_action(Action("buy", ticker="ACME", shares=10**9), unreadable, truth, game_rules=True)
+    assert capped.pnl == pytest.approx(100 * 0.3)  # the cash not shown: floor(STARTING_CASH / 100) shares
+    shown = read_observation("Your portfolio: cash $1,000.00; positions: ACME 7 @ $99.00; open bets: none; P&L so far $+0.00.")
+    assert shown.holdings == {"ACME": 7}
+    assert score_action(Action("buy", ticker="ACME", shares=10), shown, truth, game_rules=True).pnl == pytest.approx(10 * 0.3)
+    assert score_action(Action("buy", ticker="ACME", shares=11), shown, truth, game_rules=True).kind == "invalid"  # $1,100
+    assert score_action(Action("sell", ticker="ACME", shares=7), shown, truth, game_rules=True).pnl == pytest.approx(-7 * 0.3)
+    assert score_action(Action("sell", ticker="ACME", shares=8), shown, truth, game_rules=True).kind == "invalid"  # 7 held
+    nothing = read_observation("Your portfolio: cash $1,000.00; positions: none; open bets: none; P&L so far $+0.00.")
+    assert nothing.holdings == {} and not score_action(Action("sell", ticker="ACME", shares=1), nothing, truth, game_rules=True).valid
+    # without the rules (training prices valid menus only): the cash caps a buy, a sell is priced as it would pay
+    assert score_action(Action("buy", ticker="ACME", shares=11), shown, truth).pnl == pytest.approx(10 * 0.3)
+    assert score_action(Action("sell", ticker="ACME", shares=8), shown, truth).pnl == pytest.approx(-8 * 0.3)
 
 
 def test_decision_points_skip_reasoning_turns():
@@ -204,6 +215,30 @@ def test_learning_is_shown_only_by_a_policy_that_reads_the_observation(home, run
     assert report["named_baseline"] == "hold-model"
     assert f"model {'BEATS' if shown else 'does NOT beat'} the baseline hold-model:" in result.output
     assert "its base" not in result.output
+
+
+def test_a_reader_whose_answers_the_game_cannot_always_act_on_has_not_shown_learning(home, run_cli):
+    """It reads the headlines and beats every reference, but one answer in eight is no action: under 95 % valid."""
+    write_news_dataset(home)
+    asked = iter(range(10_000))
+
+    def reply(body: dict) -> str:
+        if body["model"] == "hold-model":
+            return '{"action": "hold"}'
+        return "I would buy, probably" if next(asked) % 8 == 0 else _reader(body)
+
+    with JudgeServer() as server:
+        server.reply = reply
+        result = run_cli("eval", "--model", "sloppy", "--base-url", server.base_url, "--baseline", "hold-model",
+                         "--dataset", "news", "--resamples", "500")
+    assert result.exit_code == 0, result.output
+    report = json.loads((home / "evals" / "sloppy-news" / "eval.json").read_text())
+    model = next(p for p in report["policies"] if p["role"] == "model")
+    assert model["metrics"]["valid_rate"]["value"] < 0.95
+    assert report["comparison"]["baseline"]["beats_outside_interval"] and report["comparison"]["constant"]["beats_outside_interval"]
+    assert report["learning_shown"] is False
+    assert "learning NOT shown (under 95% of its answers were valid actions)" in result.output
+    assert "valid" in result.output  # the table's column
 
 
 def test_the_logged_agents_answer_every_held_out_decision_and_stay_paired_by_window(home, run_cli):

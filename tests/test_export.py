@@ -53,7 +53,7 @@ def test_hf_export_loads_in_plain_transformers_and_answers_as_the_checkpoint(smo
         p.name for p in target.iterdir()}
     assert not list(tmp_path.glob(".demo-hf.*"))  # written aside, then renamed: nothing left behind
     checkpoint = LocalPolicy(resolve_model(Home(smollm2_run_home), "runs/demo/checkpoints/step-2"), "demo").load()
-    expected = checkpoint.replies([decision_prompt(GAME_REQUEST[1]["content"])])[0].text
+    expected = checkpoint.generate([decision_prompt(GAME_REQUEST[1]["content"])])[0]
     assert _greedy_plain_transformers(target).startswith(expected)
     card = (target / "README.md").read_text()
     for fact in ("smollm2-135m", "| dataset | ds |", "sha256:feedbeef", "| objective | distill |", "0.61 [0.52, 0.7]"):

@@ -76,7 +76,7 @@ def _task(answer_prefix_ok: bool = True) -> Task:
     observation = ("It is 00:10 UTC; window 2025-01-01T00:00 closes in 50 min.\nPrices:\n  ACME $100.00 (+0.00% since your last look)\n"
                    "  BOLT $50.00 (+0.00% since your last look)\nNews so far this window:\n  [00:05] ACME: Acme Corp beats earnings expectations\n"
                    "Prediction markets:\n  pm-1 \"Will ACME close the hour above $101.00?\" YES at 40%\n"
-                   "Your portfolio: cash $10,000.00; positions: none; open bets: none; P&L so far $+0.00.\nWhat do you do?")
+                   "Your portfolio: cash $10,000.00; positions: ACME 50 @ $100.00, BOLT 50 @ $50.00; open bets: none; P&L so far $+0.00.\nWhat do you do?")
     truth = GroundTruth("2025-01-01T00:00", {"ACME": Stock(100.0, 103.0), "BOLT": Stock(50.0, 49.0)}, {"pm-1": "YES"})
     return Task("t1", "2025-01-01T00:00", decision_prompt(observation), read_observation(observation), truth, '{"action": "hold"}')
 
@@ -276,15 +276,14 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
 
 
 def _news_reader(body: dict) -> str:
-    """The rule that reads the compact prompt's fresh headlines (the reference a learner could reach), else buys the first stock."""
-    import re
-
+    """The rule that reads the compact prompt's fresh headlines (the reference a learner could reach), else holds; by the
+    game's rules, as a model deciding from the quickstart's menu would (50 shares, a sell of shares not held is hold)."""
+    from babylon_rl.evaluate.menu import HOLD_ANSWER, on_menu
     from babylon_rl.evaluate.prompts import DecisionPrompt
     from babylon_rl.evaluate.rules import news_rule
 
-    first = re.search(r"^([A-Z]+) [0-9,]+ [+-]", body["messages"][-1]["content"], re.M)
-    fallback = json.dumps({"action": "buy", "ticker": first.group(1) if first else "ACME", "shares": 20})
-    return news_rule(DecisionPrompt(body["messages"], {}), fallback, shares=20)
+    prompt = DecisionPrompt(body["messages"], {})
+    return on_menu(news_rule(prompt, HOLD_ANSWER, shares=50), prompt, 50)
 
 
 def test_news_rule_trades_the_latest_fresh_telling_headline() -> None:
@@ -408,7 +407,7 @@ def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path,
 def _menu_task(news: str, at: str = "12:13") -> Task:
     observation = ("It is 12:23 UTC; window 2025-01-01T12:00 closes in 37 min.\nPrices:\n  ACME $223.79 (+0.13% since your last look)\n"
                    "  BOLT $51.20 (-0.40% since your last look)\n  CRUX $12.05 (+1.20% since your last look)\nNews so far this window:\n"
-                   f"  [{at}] {news}\nYour portfolio: cash $9,507.17; positions: none; open bets: none; P&L so far $+0.00.")
+                   f"  [{at}] {news}\nYour portfolio: cash $20,000.00; positions: ACME 50 @ $220.00, BOLT 50 @ $51.00, CRUX 50 @ $12.00; open bets: none; P&L so far $+0.00.")
     truth = GroundTruth("2025-01-01T12:00", {"ACME": Stock(220.0, 230.0), "BOLT": Stock(52.0, 50.0), "CRUX": Stock(12.0, 12.1)}, {})
     return Task("t1", "2025-01-01T12:00", decision_prompt(observation), read_observation(observation), truth, '{"action": "hold"}')
 
@@ -1151,6 +1150,19 @@ def test_decisions_of_one_window_and_fresh_headline_are_one_situation():
     assert task("w1", "11:50 ACME: old news", "9,000").situation == ("w1", None) != task("w2", "11:50 ACME: old", "1").situation
 
 
+def _played(base: Path, adapter: Path, prompts: list) -> list[str]:
+    """What the decision path of play and serve answers with `adapter` on `base` (babylon_rl/evaluate/decide.py)."""
+    from peft import PeftModel
+
+    from babylon_rl.evaluate.decide import Decider, top_layers
+    from babylon_rl.train.models import load_causal_lm
+
+    model, tokenizer = load_causal_lm(str(base))
+    adapted = PeftModel.from_pretrained(model, str(adapter)).eval()
+    decider = Decider(adapted, tokenizer, top_layers(adapted, adapter), "cpu", 50)
+    return [choices[0].answer for choices in decider.decide(prompts)]
+
+
 def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunks_states(smollm2, tmp_path, monkeypatch):
     """An evaluation's menu policies rank RANKED_CHUNK decisions at a time (the frozen states of one chunk held, then
     dropped): the base's answers are the ones a single pass over every decision gives, in the decisions' order, and an
@@ -1164,8 +1176,7 @@ def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunk
     for _ in range(3):
         trainer.train_step(tasks[:1])
     adapter = trainer.save(tmp_path / "ckpt", {"step": 3})
-    items = trainer.items_for(tasks, 0)
-    trainers_own = [item.answers[i] for item, i in zip(items, trainer.choose(items, averaged=False))]
+    played = _played(smollm2, adapter, [task.request for task in tasks])  # as arena, simulate --policy and serve decide
     held = []
     states = cached.cache_states
     monkeypatch.setattr(cached, "cache_states", lambda split, items, *a, **k: (held.append(len(items)), states(split, items, *a, **k)))
@@ -1178,7 +1189,7 @@ def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunk
 
     base, adapted = answers(len(tasks))
     assert held == [5] and len(set(base)) > 1  # the base answers differently across these decisions: order matters
-    assert adapted == trainers_own
+    assert adapted == played and len(set(adapted)) > 1  # eval decides as the game's paths do
     held.clear()
     assert answers(2) == (base, adapted)
     assert held == [2, 2, 1]  # never more than a chunk's states at a time

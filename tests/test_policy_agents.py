@@ -185,4 +185,6 @@ def test_arena_with_local_models(template, home, run_cli):
     first, second = report["sides"]
     assert first["model"] == second["model"] == "models/tiny"
     assert first["mean_window_pnl"] == second["mean_window_pnl"]  # greedy: the same model plays the same game
+    assert first["valid_share"] == second["valid_share"] == 1.0  # decided from the menu: the game accepts every one
+    assert "valid" in result.output
     assert report["comparisons"][0]["verdict"] == "not told apart"

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.prompts import decision_prompt
 from babylon_rl.settings import Home
 from babylon_rl.warehouse import RAW_BY_NAME
@@ -224,6 +225,7 @@ def test_the_served_model_plays_the_simulator_as_the_in_process_policy(server, s
     local_answers, remote_answers = responses(local), responses(remote)
     assert len(local_answers) == 4
     assert remote_answers == local_answers
+    assert all(parse_action(answer) for answer in remote_answers)  # the trained model's decisions: menu entries
 
 
 def test_a_bet_on_m1_is_answered_with_the_games_market_id():

@@ -76,9 +76,15 @@ class Side:
     seconds_per_window: float
     mean: Interval | None = None
 
+    @property
+    def valid_share(self) -> float:
+        """The share of its decisions that were actions the game accepted."""
+        return round(1.0 - self.actions.get("failed", 0.0), 4) if self.decisions else 0.0
+
     def to_dict(self) -> dict:
         return {"role": self.role, "model": self.model, "mean_window_pnl": self.mean.to_dict() if self.mean else None,
-                "decisions": self.decisions, "actions": self.actions, "seconds_per_window": self.seconds_per_window}
+                "decisions": self.decisions, "valid_share": self.valid_share, "actions": self.actions,
+                "seconds_per_window": self.seconds_per_window}
 
 
 @dataclass

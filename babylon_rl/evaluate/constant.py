@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.decisions import Decision
+from babylon_rl.evaluate.menu import on_menu
 from babylon_rl.evaluate.scoring import GroundTruth, read_observation, score_action
 
 CONSTANT_SHARES = 10  # direction accuracy does not depend on it; P&L per decision does
@@ -36,15 +37,18 @@ def candidates(truths: dict[str, GroundTruth], shares: int = CONSTANT_SHARES) ->
     return [json.dumps({"action": "hold"})] + trades
 
 
-def best_constant(decisions: list[Decision], truths: dict[str, GroundTruth], threshold_pct: float) -> ConstantChoice | None:
-    """The candidate with the best direction accuracy on these (training) decisions; None without any."""
+def best_constant(decisions: list[Decision], truths: dict[str, GroundTruth], threshold_pct: float,
+                  menu_shares: int | None = None) -> ConstantChoice | None:
+    """The candidate with the best direction accuracy on these (training) decisions; None without any. With
+    `menu_shares`, each candidate trades that many shares and answers as it would from each decision's valid menu
+    (`menu.on_menu`: hold where the game would refuse it), as it is then evaluated beside models that decide so."""
     if not decisions:
         return None
     observations = [(read_observation(d.observation), truths[d.window_id]) for d in decisions]
     best: ConstantChoice | None = None
-    for answer in candidates({d.window_id: truths[d.window_id] for d in decisions}):
-        action = parse_action(answer)
-        correct = sum(score_action(action, obs, truth, threshold_pct).correct for obs, truth in observations)
+    for answer in candidates({d.window_id: truths[d.window_id] for d in decisions}, menu_shares or CONSTANT_SHARES):
+        actions = [parse_action(on_menu(answer, d.request, menu_shares) if menu_shares else answer) for d in decisions]
+        correct = sum(score_action(action, obs, truth, threshold_pct, game_rules=True).correct for action, (obs, truth) in zip(actions, observations))
         if best is None or correct / len(decisions) > best.train_accuracy:
             best = ConstantChoice(answer, correct / len(decisions), len(decisions))
     return best

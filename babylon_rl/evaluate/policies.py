@@ -1,8 +1,8 @@
 """Who answers the decision points: the logged agents, a local model or an OpenAI-compatible endpoint.
 
 A policy maps decision prompts (`prompts.DecisionPrompt`: the compact observation of one step)
-to answer texts, in order. Local models answer greedily in batches through the same decoding
-as training (`babylon_rl.policy`: the answer opened with `{"action": "`, stopped at its `}`).
+to answer texts, in order. Local models decide through the one decision path (`babylon_rl/evaluate/decide.py`:
+each answer chosen from the decision's menu of valid actions, as the game gets them from `serve`).
 Endpoints get the prompt's messages, temperature 0, and a failed request counts as an invalid
 answer.
 """
@@ -45,10 +45,11 @@ class ConstantPolicy:
 
     text: str
     name: str
+    menu_shares: int | None = None  # answer from each decision's valid menu (hold where the game would refuse it)
 
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         on_done(len(prompts))
-        return [self.text] * len(prompts)
+        return [_on_menu(self.text, p, self.menu_shares) for p in prompts]
 
 
 @dataclass
@@ -59,18 +60,25 @@ class ReaderPolicy:
     fallback: str
     name: str = "news rule (reference)"
     shares: int = 10
+    menu_shares: int | None = None  # answer from each decision's valid menu (hold where the game would refuse it)
 
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
         from babylon_rl.evaluate.rules import news_rule
 
         on_done(len(prompts))
-        return [news_rule(prompt, self.fallback, self.shares) for prompt in prompts]
+        return [_on_menu(news_rule(prompt, self.fallback, self.shares), prompt, self.menu_shares) for prompt in prompts]
+
+
+def _on_menu(answer: str, prompt: DecisionPrompt, menu_shares: int | None) -> str:
+    from babylon_rl.evaluate.menu import on_menu
+
+    return on_menu(answer, prompt, menu_shares) if menu_shares else answer
 
 
 @dataclass
 class MenuPolicy:
-    """A local model answering each decision from its menu (`eval --menu-shares`), its frozen blocks computed once and
-    shared with the other menu policies of the evaluation (train/cached.py's MenuRanker)."""
+    """A local model answering each decision from its valid menu, as `LocalPolicy` does, its frozen blocks computed once
+    and shared with the other local models of the evaluation on the same base (train/cached.py's MenuRanker)."""
 
     ranker: object
     adapter: Path | None  # None: the base model itself
@@ -150,19 +158,25 @@ def default_baseline(ref: ModelRef, home: Home) -> str | None:
 
 @dataclass
 class LocalPolicy:
+    """A local model deciding through the one decision path (`babylon_rl/evaluate/decide.py`: each answer chosen from the
+    decision's valid menu of `shares`-share trades; default: its run's menu size)."""
+
     ref: ModelRef
     name: str
-    max_new_tokens: int = 32
+    max_new_tokens: int = 32  # `generate` only: free-form writing is not how it decides
     batch_size: int = 16
     device: str = "cpu"
+    shares: int | None = None
     _model: object = field(default=None, repr=False)
     _tokenizer: object = field(default=None, repr=False)
+    _decider: object = field(default=None, repr=False)
 
     def load(self) -> "LocalPolicy":
         import babylon_rl.train  # noqa: F401  (offline defaults before transformers loads)
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        from babylon_rl.evaluate.decide import Decider, run_shares, top_layers
         from babylon_rl.train.models import set_threads
 
         hf_logging.disable_progress_bar()
@@ -183,35 +197,38 @@ class LocalPolicy:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self._model, self._tokenizer = model, tokenizer
+        layers = top_layers(model, self.ref.path if self.ref.adapter else None)
+        self._decider = Decider(model, tokenizer, layers, self.device, self.shares or run_shares(self.ref.run_dir), self.batch_size)
         return self
 
     def replies(self, prompts: Sequence[DecisionPrompt]) -> list[Reply]:
-        """Greedy answers to one batch, the model kept loaded (the simulator asks at every step); the batch's time is
+        """One decision for each prompt, the model kept loaded (the simulator asks at every step); the batch's time is
         every answer's latency, as each agent waited for all of them."""
         import time
-
-        from babylon_rl.policy import decode_answers, encode_prompts, sample_answers
 
         if self._model is None:
             self.load()
         began = time.perf_counter()
-        batch = encode_prompts(self._tokenizer, list(prompts), self.device)
-        tokens, mask = sample_answers(self._model, self._tokenizer, batch, 1, self.max_new_tokens, 0.0)
-        texts = decode_answers(self._tokenizer, tokens, mask)
+        decided = [d[0] for d in self._decider.decide(list(prompts))]
         latency_ms = round((time.perf_counter() - began) * 1000)
-        return [Reply(text, int(p), int(c), latency_ms)
-                for text, p, c in zip(texts, batch.attention.sum(1).tolist(), mask.sum(1).tolist())]
+        return [Reply(d.answer, d.prompt_tokens, d.answer_tokens, latency_ms) for d in decided]
 
     def answer(self, prompts: Sequence[DecisionPrompt], on_done: Progress) -> list[str]:
-        """Load, answer, let go: an evaluation holds one model in memory at a time."""
+        """Load, decide, let go: an evaluation holds one model in memory at a time."""
+        try:
+            answers = [reply.text for reply in self.replies(prompts)]
+            on_done(len(prompts))
+            return answers
+        finally:
+            self._model = self._tokenizer = self._decider = None
+
+    def generate(self, prompts: Sequence[DecisionPrompt]) -> list[str]:
+        """The model's free-form greedy writing (what an export served without the menu answers); not a decision path."""
         from babylon_rl.policy import greedy_answers
 
         if self._model is None:
             self.load()
-        try:
-            return greedy_answers(self._model, self._tokenizer, list(prompts), self.device, self.max_new_tokens, self.batch_size, on_done)
-        finally:
-            self._model = self._tokenizer = None
+        return greedy_answers(self._model, self._tokenizer, list(prompts), self.device, self.max_new_tokens, self.batch_size)
 
 
 @dataclass

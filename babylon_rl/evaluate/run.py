@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from babylon_rl import atomic
+from babylon_rl.evaluate.decide import run_shares
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import KINDS, Action, parse_action
 from babylon_rl.evaluate.constant import CONSTANT_SHARES, ConstantChoice, best_constant
@@ -50,6 +51,9 @@ CSV_COLUMNS = ["policy", "role", "model", "windows", "decisions"] + [
 # trained for the same budget to imitate every logged answer. The first two must be present.
 LEARNING_REFERENCES = ("baseline", "constant", "logged", "imitation")
 REQUIRED_REFERENCES = ("baseline", "constant")
+# A model whose answers the game could not act on has not learned to play, whatever the valid ones earned: the claim
+# also needs this share of its held-out answers to be valid actions.
+MIN_VALID_RATE = 0.95
 
 
 @dataclass(frozen=True)
@@ -121,10 +125,15 @@ class EvalResult:
 
     @property
     def learning_shown(self) -> bool:
-        """The trained model beats every learning reference present beyond the interval; baseline and constant must be there."""
+        """The trained model beats every learning reference present beyond the interval, baseline and constant at least,
+        with at least `MIN_VALID_RATE` of its answers valid actions."""
         present = [role for role in LEARNING_REFERENCES if role in self.comparison]
-        return all(role in present for role in REQUIRED_REFERENCES) and all(
+        return self.model_valid and all(role in present for role in REQUIRED_REFERENCES) and all(
             self.comparison[role]["beats_outside_interval"] for role in present)
+
+    @property
+    def model_valid(self) -> bool:
+        return self.model_result.metrics["valid_rate"].value >= MIN_VALID_RATE
 
     @property
     def named_baseline(self) -> str | None:
@@ -158,15 +167,17 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     dataset = Dataset.open(home, options.dataset)
     every_decision = load_eval_set(dataset)
     eval_set = every_decision.sample(options.max_decisions_per_window, options.seed)
-    chosen_on = load_train_decisions(dataset)  # train + validation windows, never eval
-    constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct)
-    if constant and options.menu_shares:  # the references trade the menu's size, so P&L compares like with like
-        constant = replace(constant, answer=resized(constant.answer, options.menu_shares))
     model_policy, ref = _model_policy(home, options)
+    if ref and not options.menu_shares:  # a local model decides from its menu, of its run's trade size
+        options = replace(options, menu_shares=run_shares(ref.run_dir))
+    # with a menu, the references trade its size and answer from it too, so they play by the models' rules
+    chosen_on = load_train_decisions(dataset)  # train + validation windows, never eval
+    constant = best_constant(chosen_on.decisions, chosen_on.truths, options.threshold_pct, options.menu_shares)
     prompts = [d.request for d in eval_set.decisions]
     policies: list[tuple[str, Policy]] = []
     if constant:
-        policies.append(("constant", ConstantPolicy(constant.answer, f"best constant: {answer_key(parse_action(constant.answer))}")))
+        policies.append(("constant", ConstantPolicy(constant.answer, f"best constant: {answer_key(parse_action(constant.answer))}",
+                                                    options.menu_shares)))
     reader = _reader_policy(prompts, constant.answer, options.menu_shares) if constant else None
     if reader:
         policies.append(("reader", reader))
@@ -177,8 +188,7 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
         imitation = resolve_model(home, options.imitation)
         policies.append(("imitation", _local(imitation, f"imitation {_short(imitation.path, home)}", options)))
     policies.append(("model", model_policy))
-    if options.menu_shares:
-        policies = _menu_policies(policies, eval_set, options, home.frozen_states)
+    policies = _menu_policies(policies, eval_set, options, home.frozen_states)
 
     results = [logged_reference(every_decision, eval_set, options)]
     for role, policy in policies:
@@ -252,27 +262,30 @@ def resized(answer: str, shares: int) -> str:
 
 def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, options: EvalOptions,
                    states_dir: Path) -> list[tuple[str, Policy]]:
-    """The local models as menu policies on one shared base model (its frozen blocks computed once for all, kept in
-    `states_dir` for the next evaluation of the same decisions)."""
+    """The local models deciding from their valid menus, as every decision path does (`babylon_rl/evaluate/decide.py`): the
+    models on one base share its frozen blocks, computed once for all and kept in `states_dir` for the next
+    evaluation of the same decisions."""
     from babylon_rl.train.cached import MenuRanker
     from babylon_rl.train.decisions import Task
 
+    def base_of(policy: LocalPolicy) -> str:
+        return str(Path(policy.ref.base_model if policy.ref.adapter else policy.ref.path).resolve())
+
     local = [p for _, p in policies if isinstance(p, LocalPolicy)]
-    bases = {str(Path(p.ref.base_model if p.ref.adapter else p.ref.path).resolve()) for p in local}
-    if not local:
-        return policies
-    if len(bases) > 1:
-        raise ConfigError(f"--menu-shares: the local models must share one base model to share its frozen blocks, not {sorted(bases)}")
-    adapters = [p.ref.path for p in local if p.ref.adapter]
-    ranker = MenuRanker(bases.pop(), adapters, options.menu_shares, options.device, states_dir)
-    ranker.prepare([Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions])
-    return [(role, MenuPolicy(ranker, p.ref.path if p.ref.adapter else None, p.name) if isinstance(p, LocalPolicy) else p)
-            for role, p in policies]
+    tasks = [Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions] if local else []
+    menu_policies: dict[int, MenuPolicy] = {}
+    for base in dict.fromkeys(base_of(p) for p in local):
+        on_base = [p for p in local if base_of(p) == base]
+        ranker = MenuRanker(base, [p.ref.path for p in on_base if p.ref.adapter], options.menu_shares, options.device, states_dir)
+        ranker.prepare(tasks)
+        for p in on_base:
+            menu_policies[id(p)] = MenuPolicy(ranker, p.ref.path if p.ref.adapter else None, p.name)
+    return [(role, menu_policies.get(id(p), p)) for role, p in policies]
 
 
 def _reader_policy(prompts: list[DecisionPrompt], constant_answer: str, shares: int | None = None) -> ReaderPolicy | None:
     """The news rule, falling back on the best constant; None where no prompt has a headline it reads (the game's own data)."""
-    reader = ReaderPolicy(constant_answer, shares=shares or CONSTANT_SHARES)
+    reader = ReaderPolicy(constant_answer, shares=shares or CONSTANT_SHARES, menu_shares=shares)
     return reader if any(a != constant_answer for a in reader.answer(prompts, lambda n: None)) else None
 
 
@@ -334,7 +347,7 @@ def _scored(role: str, name: str, model: str, answers: list[str], eval_set: Eval
             failures: int = 0) -> PolicyResult:
     actions = [d.request.resolve(parse_action(answer)) for d, answer in zip(eval_set.decisions, answers)]
     outcomes = [
-        score_action(action, read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct)
+        score_action(action, read_observation(d.observation), eval_set.truths[d.window_id], options.threshold_pct, game_rules=True)
         for d, action in zip(eval_set.decisions, actions)
     ]
     return PolicyResult(name, role, model, outcomes, [answer_key(a) for a in actions], failed_requests=failures)

@@ -13,10 +13,15 @@ Direction (threshold `threshold_pct`, default 0.5 %, the simulator's sentiment t
 - bet on market M is right when its side equals M's outcome (UNRESOLVED: never right);
 - an invalid answer, or an action on a ticker/market the window does not have, is wrong.
 
+The game's rules (`game_rules`: eval scores every policy by them), where the observation shows the portfolio (`cash $9,507.17; positions: ACME 50
+@ $123.45, ...`): a buy the cash does not cover and a sell of more shares than are held are
+refused, and a refused action is invalid (0, wrong), as the game logs it. Where the positions are
+not shown a sell is taken as valid; where the cash is not shown a buy is capped below.
+
 Counterfactual P&L over the rest of the window, the simulator's own marking:
-- buy N of T at price p: N' * (end - p); sell: N' * (p - end) (what selling now gains over
-  holding to the end), with N' = min(N, floor(cash / p)): the order is capped at what the
-  agent's cash could pay, so a model cannot score by naming a huge size;
+- buy N of T at price p: N' * (end - p); sell: N * (p - end) (what selling now gains over
+  holding to the end), with N' = min(N, floor(cash / p)) (cash: STARTING_CASH where not shown),
+  so a model cannot score by naming a huge size;
 - bet X on side S at probability q (q = P(YES) for YES, 1 - P(YES) for NO, clipped to
   [0.02, 0.98]) with X' = min(X, cash): X' * (1 - q) / q when S wins, else -X';
 - hold and invalid answers: 0.
@@ -34,6 +39,8 @@ from babylon_rl.evaluate.actions import Action
 PRICE_LINE = re.compile(r"^\s*([A-Z][A-Z0-9.]{0,9}) \$([0-9][0-9,]*(?:\.[0-9]+)?) \(", re.MULTILINE)
 MARKET_LINE = re.compile(r'^\s*(\S+) ".*" YES at ([0-9]+(?:\.[0-9]+)?)%', re.MULTILINE)
 CASH = re.compile(r"cash \$([0-9][0-9,]*(?:\.[0-9]+)?)")
+POSITIONS = re.compile(r"positions: (.*?); open bets")
+POSITION = re.compile(r"([A-Z][A-Z0-9.]{0,9}) ([0-9]+) @ \$")
 STARTING_CASH = 10_000.0
 DEFAULT_THRESHOLD_PCT = 0.5
 
@@ -43,6 +50,7 @@ class Observation:
     prices: dict[str, float]
     probabilities: dict[str, float]  # market id -> P(YES) now
     cash: float | None
+    holdings: dict[str, int] | None = None  # ticker -> shares held; None where the observation does not show them
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,9 @@ def read_observation(text: str) -> Observation:
     prices = {ticker: _number(price) for ticker, price in PRICE_LINE.findall(text)}
     probabilities = {market: float(p) / 100.0 for market, p in MARKET_LINE.findall(text)}
     cash = CASH.search(text)
-    return Observation(prices, probabilities, _number(cash.group(1)) if cash else None)
+    positions = POSITIONS.search(text)
+    holdings = {t: int(n) for t, n in POSITION.findall(positions.group(1))} if positions else None
+    return Observation(prices, probabilities, _number(cash.group(1)) if cash else None, holdings)
 
 
 def _price_now(ticker: str, obs: Observation, truth: GroundTruth) -> float:
@@ -100,7 +110,9 @@ def _hold_right(obs: Observation, truth: GroundTruth, threshold: float) -> bool:
 
 
 def score_action(action: Action | None, obs: Observation, truth: GroundTruth,
-                 threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> Outcome:
+                 threshold_pct: float = DEFAULT_THRESHOLD_PCT, game_rules: bool = False) -> Outcome:
+    """The action's outcome; with `game_rules` (eval), a trade the game would refuse is invalid (module docstring).
+    Training prices each decision's valid menu, whose trades the game accepts, without them."""
     if action is None:
         return INVALID
     cash = obs.cash if obs.cash is not None else STARTING_CASH
@@ -120,7 +132,11 @@ def score_action(action: Action | None, obs: Observation, truth: GroundTruth,
         return INVALID
     now = _price_now(action.ticker, obs, truth)
     move_pct = (stock.end / now - 1.0) * 100.0
-    shares = min(action.shares, math.floor(max(cash, 0.0) / now))
     if action.kind == "buy":
+        if game_rules and obs.cash is not None and action.shares * now > obs.cash:
+            return INVALID  # the game refuses a buy the cash does not cover
+        shares = min(action.shares, math.floor(max(cash, 0.0) / now))
         return Outcome(True, move_pct > threshold_pct, round(shares * (stock.end - now), 2), "buy")
-    return Outcome(True, move_pct < -threshold_pct, round(shares * (now - stock.end), 2), "sell")
+    if game_rules and obs.holdings is not None and action.shares > obs.holdings.get(action.ticker, 0):
+        return INVALID  # the game refuses a sell of shares not held
+    return Outcome(True, move_pct < -threshold_pct, round(action.shares * (now - stock.end), 2), "sell")

@@ -44,8 +44,8 @@ def eval_table(result: "EvalResult") -> Table:
     table = Table(title=f"held-out: {len(result.eval_set.windows)} windows, {len(result.eval_set.decisions)} decisions, "
                         "95 % intervals over windows", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                   collapse_padding=True, title_justify="left")
-    table.add_column("policy", no_wrap=True, max_width=15, overflow="ellipsis")
-    for column in ("P&L/decision", "precision", "traded", "acc.", "top answer"):
+    table.add_column("policy", no_wrap=True, max_width=14, overflow="ellipsis")
+    for column in ("P&L/decision", "precision", "traded", "valid", "acc.", "top answer"):
         table.add_column(column, justify="right", no_wrap=True)
     for p in result.policies:
         m = p.metrics
@@ -53,7 +53,8 @@ def eval_table(result: "EvalResult") -> Table:
             continue
         top, share = p.top_answer
         table.add_row(_label(p, result.named_baseline), _pnl(m["pnl_per_decision"]), _share(m["trade_precision"]) if m["trade_share"].value else "no trade",
-                      f"{m['trade_share'].value:.2f}", f"{m['direction_accuracy'].value:.2f}", f"{top[:10]} {share:.0%}")
+                      f"{m['trade_share'].value:.2f}", f"{m['valid_rate'].value:.2f}", f"{m['direction_accuracy'].value:.2f}",
+                      f"{top[:9]} {share:.0%}")
     return table
 
 

@@ -3,8 +3,9 @@
 Requests wait in a bounded queue (`max_queue`; a full queue is refused, never grown). The batcher
 takes the first waiting request, waits up to `batch_wait` for more (at most `max_batch`), splits
 them into groups that can share a pass (same model, same kind of prompt, same sampling), and runs
-each group through `babylon_rl.policy.sample_answers` on one worker thread. While the model runs,
-new requests queue up, and form the next batch.
+each group on one worker thread: a chat through `babylon_rl.policy.sample_answers`, a game decision
+through the one decision path (`babylon_rl.evaluate.decide`: an entry of its valid menu). While the model
+runs, new requests queue up, and form the next batch.
 
 Greedy requests share a batch whatever their seed. A sampled request with a seed is a group of
 its own, its generator seeded with it, so the same seed gives the same answers.
@@ -18,7 +19,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from babylon_rl.serve.prompting import CHAT, Prepared, finish
+from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish
 from babylon_rl.serve.registry import Loaded
 
 
@@ -114,12 +115,15 @@ def _groups(jobs: list[Job]) -> list[list[Job]]:
 
 
 def run_group(jobs: list[Job]) -> list[list[Choice]]:
-    """One pass of the model over jobs of one key: their prompts padded into one batch, n answers each."""
+    """One pass of the model over jobs of one key: their prompts padded into one batch, n answers each; game decisions
+    chosen from their valid menus (`run_decisions`)."""
     import torch
 
     from babylon_rl.policy import pad_prompts, sample_answers
 
     first = jobs[0]
+    if first.prepared.mode == DECISION:
+        return run_decisions(jobs)
     loaded, sampling = first.loaded, first.sampling
     tokenizer = loaded.tokenizer
     device = str(next(loaded.model.parameters()).device)
@@ -136,6 +140,44 @@ def run_group(jobs: list[Job]) -> list[list[Choice]]:
         rows = range(index * sampling.n, (index + 1) * sampling.n)
         results.append([_choice(tokenizer, job, tokens[r], mask[r], stop_ids) for r in rows])
     return results
+
+
+def run_decisions(jobs: list[Job]) -> list[list[Choice]]:
+    """Game decisions of one key, through the one decision path (`babylon_rl/evaluate/decide.py`): each answer is an entry of its
+    prompt's valid menu, the first-ranked at temperature 0, else drawn from the menu's softmax."""
+    import torch
+
+    first = jobs[0]
+    sampling = first.sampling
+    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None and sampling.temperature else None
+    with torch.no_grad(), _active(first.loaded) as model:
+        decided = _decider(first.loaded, model).decide([job.prepared.decision for job in jobs], sampling.temperature,
+                                                       sampling.n, generator)
+    return [[_menu_choice(job, d.answer) for d in choices] for job, choices in zip(jobs, decided)]
+
+
+_DECIDERS: dict[tuple, object] = {}  # (model object, top blocks, menu size) -> Decider: one frozen-block copy per base
+
+
+def _decider(loaded: Loaded, model):
+    from babylon_rl.evaluate.decide import Decider, run_shares, top_layers
+
+    adapter = loaded.served.ref.path if loaded.adapter else None
+    key = (id(loaded.model), top_layers(model, adapter), run_shares(loaded.served.ref.run_dir))
+    if key not in _DECIDERS:
+        device = str(next(loaded.model.parameters()).device)
+        _DECIDERS[key] = Decider(model, loaded.tokenizer, key[1], device, key[2])
+    return _DECIDERS[key]
+
+
+def _menu_choice(job: Job, answer: str) -> Choice:
+    """A chosen menu entry as the client gets it: cut to the job's max_tokens ("length"), else whole ("stop")."""
+    tokenizer, prefix = job.loaded.tokenizer, job.prepared.prefix
+    ids = tokenizer(answer[len(prefix):], add_special_tokens=False)["input_ids"]
+    kept = ids[: job.sampling.max_tokens]
+    whole = len(kept) == len(ids)
+    content, reason = finish(job.prepared, answer[len(prefix):] if whole else tokenizer.decode(kept), job.stops, hit_stop=whole)
+    return Choice(content, reason, len(kept))
 
 
 def _stop_ids(tokenizer):

@@ -4,9 +4,9 @@ The models were trained on compact decision prompts, not on the game's long acti
 A request whose last user message is an observation in the game's layout (price lines such as
 `ACME $197.34 (+0.38% since your last look)`, or their compact form `ACME 197 +0.4%`) is turned
 into the prompt the model was trained on, exactly as eval and `simulate --policy` do
-(`decision_prompt`): the fixed system prompt, the compact observation, the answer opened with
-`{"action": "` and ended at its `}`. Its markets, named M1, M2... in the prompt, are named by
-their ids again in the answer, so the game reads it as its own action format.
+(`decision_prompt`), and answered as they answer it: the model chooses one entry of the
+decision's valid menu (`babylon_rl/evaluate/decide.py`), so the game always gets an action it accepts.
+Its markets, named M1, M2... in the prompt, are named by their ids again in the answer.
 
 Any other request is served as it is: its messages through the chat template, the answer ended
 at EOS. The response says which (`babylon.prompt`: "decision" or "chat", with the reason, and the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, decision_prompt
+from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt, decision_prompt
 
 DECISION, CHAT = "decision", "chat"
 
@@ -32,6 +32,7 @@ class Prepared:
     reason: str
     markets: dict[str, str] = field(default_factory=dict)  # M1 -> the game's market id
     json_answer: bool = False  # cut the answer where its braces balance
+    decision: DecisionPrompt | None = None  # DECISION: the compact prompt whose valid menu the model chooses from
 
 
 def message_text(content) -> str:
@@ -51,8 +52,8 @@ def prepare(tokenizer, messages: list[dict], json_answer: bool) -> Prepared:
             from babylon_rl.policy import prompt_text
 
             return Prepared(DECISION, prompt_text(tokenizer, prompt), ANSWER_PREFIX,
-                            "the last user message is a game observation: answered from its compact decision prompt",
-                            prompt.markets)
+                            "the last user message is a game observation: answered from the valid menu of its compact "
+                            "decision prompt", prompt.markets, decision=prompt)
         reason = "the last user message has no price lines in the game's layout"
     else:
         reason = "the last message is not the user's"

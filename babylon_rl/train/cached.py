@@ -1,6 +1,7 @@
 """The menu objective trained from frozen states: every answer priced, tickers renamed, the frozen blocks run once.
 
-Each decision's menu (hold; buy or sell `shares` of each of the window's stocks) is priced
+Each decision's valid menu (hold; the buys its cash covers and the sells of what it holds, up to
+`shares` each: `evaluate/menu.py`, what every decision path chooses from) is priced
 against the window's ground truth with the evaluation's rules (`decisions.Task.price`). The policy,
 restricted to the menu, is fitted to softmax(reward / `reward_temperature`) (`objective=
 "counterfactual"`), or to the logged answer's menu entry (`objective="imitate"`, the baseline), or to
@@ -46,7 +47,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from babylon_rl.evaluate.actions import parse_action
-from babylon_rl.evaluate.constant import candidates
+from babylon_rl.evaluate.menu import valid_menu
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt
 from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
@@ -98,8 +99,9 @@ RANKED_CHUNK = 256  # decisions whose frozen states an evaluation holds at once 
 
 
 def menu(task: Task, shares: int) -> list[str]:
-    """Hold, then buy and sell `shares` of each of the window's stocks (sorted): the answers priced and trained on."""
-    return candidates({task.window_id: task.truth}, shares)
+    """The decision's valid menu (hold, then the buys and sells of up to `shares` the game would accept at it:
+    `evaluate/menu.py`): what is priced and trained on, and what every decision path chooses from."""
+    return valid_menu(task.request, shares)
 
 
 def next_look(tasks: list[Task]) -> list[Task]:
@@ -368,8 +370,8 @@ def ranked(split: SplitModel, items: list[MenuItem], device: str, batch: int = 1
     """The menu entry ranked first for each item (what greedy menu-constrained decoding answers), items of similar length batched."""
     import torch
 
-    order = sorted(range(len(items)), key=lambda i: len(items[i].packed))
-    chosen = [0] * len(items)
+    order = sorted((i for i in range(len(items)) if len(items[i].packed.paths) > 1), key=lambda i: len(items[i].packed))
+    chosen = [0] * len(items)  # a menu of one entry (hold) needs no model
     with torch.no_grad():
         for start in range(0, len(order), batch):
             part = order[start : start + batch]
@@ -380,7 +382,8 @@ def ranked(split: SplitModel, items: list[MenuItem], device: str, batch: int = 1
 
 
 class MenuRanker:
-    """Models that share one base answer decisions from their menus; the frozen blocks run once for all of them.
+    """Models that share one base answer decisions from their valid menus (`evaluate/menu.py`, as every decision path
+    builds them: `babylon_rl/evaluate/decide.py`); the frozen blocks run once for all of them.
 
     The base model's blocks below the lowest adapted one are computed once for every decision
     (`cache_states`); each policy (the base itself, or a LoRA adapter on the blocks above) then

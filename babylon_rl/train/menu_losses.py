@@ -75,13 +75,19 @@ def hindsight_index(task: "Task", answers: list[str], rewards: np.ndarray) -> in
         return HOLD_INDEX
     trades = {(a.kind, a.ticker): i for i, a in enumerate(map(parse_action, answers)) if a.kind in ("buy", "sell")}
     buy, sell = trades.get(("buy", latest[0])), trades.get(("sell", latest[0]))
-    if buy is None or sell is None:
-        return HOLD_INDEX
-    if task.news_direction is not None:
-        return {"buy": buy, "sell": sell}.get(task.news_direction, HOLD_INDEX)
-    if rewards[buy] == rewards[sell]:
-        return HOLD_INDEX
-    return buy if rewards[buy] > rewards[sell] else sell
+    direction = task.news_direction if task.news_direction is not None else _moved(task, latest[0])
+    # the valid menu lacks a buy the cash does not cover and a sell of what is not held: hold is what is left there
+    index = {"buy": buy, "sell": sell}.get(direction)
+    return HOLD_INDEX if index is None else index
+
+
+def _moved(task: "Task", ticker: str) -> str:
+    """The trade that paid in this decision: buy where the named stock ended above its price then, sell where below."""
+    stock = task.truth.stocks.get(ticker)
+    now = task.observation.prices.get(ticker) or (stock.start if stock else 0.0)
+    if stock is None or not now or stock.end == now:
+        return "hold"
+    return "buy" if stock.end > now else "sell"
 
 
 # -- losses: the mean loss of a batch ----------------------------------------------------------------------------------
