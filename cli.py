@@ -663,7 +663,7 @@ def train(obj: BabylonContext, **options) -> None:
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --model (key: OPENAI_API_KEY).")
 @click.option("--baseline", help="Model to compare against. Default: the run's base model; 'none' to skip.")
 @click.option("--imitation", help="A model trained to imitate the logged answers with the same budget (train --objective imitate), compared too.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound (greedy).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound of an endpoint model (local models choose from the menu).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Prompts per generate() call (local models).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight (endpoints).")
 @click.option("--resamples", type=click.IntRange(min=100), default=1000, show_default=True, help="Bootstrap resamples over windows.")
@@ -673,8 +673,9 @@ def train(obj: BabylonContext, **options) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where local models run.")
 @click.option("--max-decisions-per-window", type=click.IntRange(min=1), help="Replay a seeded sample of at most N decisions per eval window.")
 @click.option("--menu-shares", type=click.IntRange(min=1),
-              help="Local models answer from each decision's menu (hold; buy or sell N shares of each stock), what menu-constrained "
-                   "decoding returns; they share one base model's frozen blocks, computed once. The references trade N shares too.")
+              help="The menu's trade size. Local models decide as the game gets them (serve, arena): each picks an entry of the "
+                   "decision's valid menu (hold; buy or sell up to N shares, what the cash and holdings allow). Default: the model's "
+                   "run's --shares, else 50. The references trade N shares from the same menus.")
 @click.pass_obj
 @error_handler
 def eval_command(obj: BabylonContext, **options) -> None:
@@ -714,7 +715,7 @@ def eval_command(obj: BabylonContext, **options) -> None:
               help="How strongly headlines lead prices; 0: nothing to learn, no model should win.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The simulated history and the bootstrap.")
 @click.option("--resamples", type=click.IntRange(min=100), default=1000, show_default=True, help="Bootstrap resamples over windows.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound (greedy).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound of an endpoint model (local models choose from the menu).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="Where local models run.")
 @click.pass_obj
 @error_handler

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 from babylon_rl.errors import ConfigError
+from babylon_rl.evaluate.menu import on_menu
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.settings import Home
 
@@ -70,8 +71,6 @@ class ReaderPolicy:
 
 
 def _on_menu(answer: str, prompt: DecisionPrompt, menu_shares: int | None) -> str:
-    from babylon_rl.evaluate.menu import on_menu
-
     return on_menu(answer, prompt, menu_shares) if menu_shares else answer
 
 

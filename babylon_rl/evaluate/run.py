@@ -21,10 +21,10 @@ from typing import Callable
 import numpy as np
 
 from babylon_rl import atomic
-from babylon_rl.evaluate.decide import run_shares
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import KINDS, Action, parse_action
 from babylon_rl.evaluate.constant import CONSTANT_SHARES, ConstantChoice, best_constant
+from babylon_rl.evaluate.decide import run_shares
 from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
 from babylon_rl.evaluate.policies import (
     ReaderPolicy,
