@@ -126,7 +126,7 @@ def test_eval_local_model_path(template, home, run_cli):
     assert logged["metrics"]["valid_rate"]["value"] == 1.0
     assert [p["role"] for p in report["policies"]] == ["logged", "model"]
     assert (home / "evals" / "tiny-ev" / "eval.csv").read_text().startswith("policy,role,model")
-    assert "precision" in result.output and "acc." in result.output
+    assert "precision" in result.output and "valid" in result.output
 
 
 def test_eval_endpoint_counts_garbage_as_invalid(home, run_cli):

@@ -1,8 +1,9 @@
 """The eval table and its comparison lines as the `eval` and `quickstart` summaries print them.
 
 Sized to stay on one line per policy in an 80-column terminal and in a file: short cells, the
-interval beside the P&L and the trade precision (the two metrics of the claim), the rest as plain
-figures; eval.json and eval.csv keep every interval.
+interval beside the P&L and the trade precision (the two metrics of the claim), the share traded and
+the share of valid answers (the claim needs 95 %) as plain figures; eval.json and eval.csv keep every
+interval and the direction accuracy.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def eval_table(result: "EvalResult") -> Table:
                         "95 % intervals over windows", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
                   collapse_padding=True, title_justify="left")
     table.add_column("policy", no_wrap=True, max_width=14, overflow="ellipsis")
-    for column in ("P&L/decision", "precision", "traded", "valid", "acc.", "top answer"):
+    for column in ("P&L/decision", "precision", "traded", "valid", "top answer"):
         table.add_column(column, justify="right", no_wrap=True)
     for p in result.policies:
         m = p.metrics
@@ -53,8 +54,7 @@ def eval_table(result: "EvalResult") -> Table:
             continue
         top, share = p.top_answer
         table.add_row(_label(p, result.named_baseline), _pnl(m["pnl_per_decision"]), _share(m["trade_precision"]) if m["trade_share"].value else "no trade",
-                      f"{m['trade_share'].value:.2f}", f"{m['valid_rate'].value:.2f}", f"{m['direction_accuracy'].value:.2f}",
-                      f"{top[:9]} {share:.0%}")
+                      f"{m['trade_share'].value:.2f}", f"{m['valid_rate'].value:.2f}", f"{top[:9]} {share:.0%}")
     return table
 
 
