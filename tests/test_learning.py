@@ -1202,3 +1202,23 @@ def test_every_menu_objective_has_one_loss_and_every_loss_an_objective():
     from babylon_rl.train.objectives import MENU_OBJECTIVES
 
     assert set(MENU_OBJECTIVES.values()) == set(LOSSES)
+
+
+def test_shared_states_are_let_go_when_no_trainer_will_ask_again():
+    """The quickstart clears them before its eval: the process's peak is then the eval's or the training's, not both."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from babylon_rl.train.cached import SharedStates
+
+    shared = SharedStates()
+    kept = [SimpleNamespace(packed=("p", i), states=torch.zeros(3, 2, dtype=torch.bfloat16)) for i in range(2)]
+    shared.keep(("m",), kept)
+    asked = [SimpleNamespace(packed=("p", i), states=None) for i in range(2)]
+    shared.fill(("m",), asked)
+    assert all(item.states is not None for item in asked)
+    shared.clear()
+    again = [SimpleNamespace(packed=("p", 0), states=None)]
+    shared.fill(("m",), again)
+    assert again[0].states is None and shared._bytes == 0

@@ -241,6 +241,11 @@ class SharedStates:
             if item.states is None:
                 item.states = self._states.get((model, item.packed))
 
+    def clear(self) -> None:
+        """Let go of every kept state (no trainer of this process will ask for them again)."""
+        self._states.clear()
+        self._bytes = 0
+
     def keep(self, model: tuple, items: list[MenuItem]) -> None:
         for item in items:
             key = (model, item.packed)
