@@ -32,9 +32,8 @@ TOP_LAYERS = 4  # blocks run per policy above the shared frozen ones, for a mode
 
 @dataclass(frozen=True)
 class Decided:
-    """One decision: the menu it was chosen from, the chosen answer (in the prompt's names), and its token counts."""
+    """One decision: the chosen menu entry (in the prompt's names) and its token counts."""
 
-    menu: list[str]
     answer: str
     prompt_tokens: int
     answer_tokens: int
@@ -116,7 +115,7 @@ class Decider:
                 picks = [max(range(len(menu)), key=logp.__getitem__)] * samples
             prompt_tokens = len(self.tokenizer(prompt_text(self.tokenizer, prompt), add_special_tokens=False)["input_ids"]) \
                 if len(menu) > 1 else 0
-            decided.append([Decided(menu, menu[k], prompt_tokens, self._answer_tokens(menu[k])) for k in picks])
+            decided.append([Decided(menu[k], prompt_tokens, self._answer_tokens(menu[k])) for k in picks])
         return decided
 
     def _answer_tokens(self, answer: str) -> int:
