@@ -27,7 +27,6 @@ from babylon_rl.evaluate.menu import valid_menu
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, DecisionPrompt
 
 DEFAULT_SHARES = 50  # the menu's trade size when the model's run does not name one (train --shares)
-TOP_LAYERS = 4  # blocks run per policy above the shared frozen ones, for a model that is no adapter (MenuOptions)
 
 
 @dataclass(frozen=True)
@@ -54,11 +53,12 @@ def run_shares(run_dir: Path | None) -> int:
 
 
 def top_layers(model, adapter: Path | None) -> int:
-    """How many top blocks a policy runs from the frozen states: those its adapter changes, else `TOP_LAYERS`."""
-    from babylon_rl.train.cached import lowest_adapted_layer
+    """How many top blocks a policy runs from the frozen states: those its adapter changes, else as many as the menu
+    trainers adapt by default (what eval's MenuRanker runs for a model that is no adapter)."""
+    from babylon_rl.train.cached import MenuOptions, lowest_adapted_layer
 
     layers = model.config.num_hidden_layers
-    return layers - lowest_adapted_layer(adapter) if adapter else min(TOP_LAYERS, layers)
+    return layers - lowest_adapted_layer(adapter) if adapter else min(MenuOptions.train_layers, layers)
 
 
 class Decider:
@@ -74,8 +74,9 @@ class Decider:
     def menus(self, prompts: Sequence[DecisionPrompt]) -> list[list[str]]:
         return [valid_menu(p, self.shares) for p in prompts]
 
-    def logprobs(self, prompts: Sequence[DecisionPrompt], menus: list[list[str]]) -> list[list[float]]:
-        """Each menu's log-probabilities under the menu-constrained policy; a hold-only menu is [0.0] without a model call."""
+    def logprobs(self, prompts: Sequence[DecisionPrompt], menus: list[list[str]]) -> tuple[list[list[float]], list[int]]:
+        """Each menu's log-probabilities under the menu-constrained policy, and each prompt's tokens as packed (the chat
+        template, the opened answer); a hold-only menu is [0.0] and 0 tokens, without a model call."""
         import torch
 
         from babylon_rl.train.cached import cache_states, menu_logprobs
@@ -84,6 +85,9 @@ class Decider:
         asked = [i for i, m in enumerate(menus) if len(m) > 1]
         items = [_Choosing(pack(self.tokenizer, prompts[i], menus[i], ANSWER_PREFIX)) for i in asked]
         out: list[list[float]] = [[0.0] for _ in menus]
+        prompt_tokens = [0] * len(menus)
+        for i, item in zip(asked, items):
+            prompt_tokens[i] = item.packed.prompt_len
         order = sorted(range(len(items)), key=lambda j: len(items[j].packed))
         with torch.no_grad():
             for start in range(0, len(order), self.batch):
@@ -94,7 +98,7 @@ class Decider:
                     out[asked[j]] = row[: len(menus[asked[j]])]
                 for item in part:
                     item.states = None
-        return out
+        return out, prompt_tokens
 
     def decide(self, prompts: Sequence[DecisionPrompt], temperature: float = 0.0, samples: int = 1,
                generator=None) -> list[list[Decided]]:
@@ -102,20 +106,16 @@ class Decider:
         softmax at that temperature (with `generator`, a torch.Generator, for a seeded draw)."""
         import torch
 
-        from babylon_rl.policy import prompt_text
-
         menus = self.menus(prompts)
-        logps = self.logprobs(prompts, menus)
+        logps, prompt_tokens = self.logprobs(prompts, menus)
         decided = []
-        for prompt, menu, logp in zip(prompts, menus, logps):
+        for menu, logp, tokens in zip(menus, logps, prompt_tokens):
             if temperature > 0 and len(menu) > 1:
                 probs = torch.softmax(torch.tensor(logp) / temperature, 0)
                 picks = torch.multinomial(probs, samples, replacement=True, generator=generator).tolist()
             else:
                 picks = [max(range(len(menu)), key=logp.__getitem__)] * samples
-            prompt_tokens = len(self.tokenizer(prompt_text(self.tokenizer, prompt), add_special_tokens=False)["input_ids"]) \
-                if len(menu) > 1 else 0
-            decided.append([Decided(menu[k], prompt_tokens, self._answer_tokens(menu[k])) for k in picks])
+            decided.append([Decided(menu[k], tokens, self._answer_tokens(menu[k])) for k in picks])
         return decided
 
     def _answer_tokens(self, answer: str) -> int:
