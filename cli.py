@@ -227,6 +227,9 @@ def agents(obj: BabylonContext, **options) -> None:
               help="Where to write. Default: postgres when a database URL is given, else the DuckDB warehouse.")
 @click.option("--news-strength", type=float, default=1.0, show_default=True,
               help="How strongly headlines lead prices, 0-10; 0 = not at all (the control for learning claims: nothing to learn).")
+@click.option("--wording", type=click.Choice(["fresh", "templates"]), default="fresh", show_default=True,
+              help="fresh: every headline worded afresh, several outlets a story, the latest half of the windows in phrasings "
+                   "the earlier half never used (babylon_rl/simulate/news.py); templates: the 14 fixed sentences of old.")
 @click.option("--policy", metavar="MODEL", help="Also let agents play with this model: a model directory, a name in HOME/models, "
               "a run (its latest checkpoint), or a served model's name with --base-url.")
 @click.option("--policy-agents", type=click.IntRange(min=0), default=None, help="How many agents play with --policy.  [default: 4]")
@@ -524,19 +527,19 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
               help="A local model directory, a name in HOME/models (smollm2-135m is made on first use), or a hub id.")
 @click.option("--run-name", help="Letters, digits, - _ . (default DATASET-BACKEND); the run lives in HOME/runs/RUN.")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True),
-              help="Default: 3e-3 for distill and menu-imitate (one block), else 2e-4 (LoRA on SmolLM2); about 1e-3 for a tiny "
+              help="Default: 3e-3 for hindsight, distill and menu-imitate (one block), else 2e-4 (LoRA on SmolLM2); about 1e-3 for a tiny "
                    "model, 5e-6 for full fine-tuning of a larger one.")
-@click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: 192 for distill and menu-imitate, else one epoch).")
+@click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: 192 for hindsight, distill and menu-imitate, else one epoch).")
 @click.option("--epochs", type=click.IntRange(min=1), help="Passes over the training windows; wins over --max-steps.")
 @click.option("--groups-per-step", type=click.IntRange(min=1),
               help="GRPO groups per step: windows of logged trajectories, or with --on-policy decisions (each with --samples "
-                   "answers); decisions per step for the menu objectives. Default: 32 for distill and menu-imitate, else 8.")
+                   "answers); decisions per step for the menu objectives. Default: 32 for hindsight, distill and menu-imitate, else 8.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--eval-every", type=click.IntRange(min=1),
-              help="Evaluate on the validation split every N steps (never eval.parquet). Default: 16 for distill and menu-imitate.")
+              help="Evaluate on the validation split every N steps (never eval.parquet). Default: 16 for hindsight, distill and menu-imitate.")
 @click.option("--keep-best/--no-keep-best", default=None,
               help="Keep only the checkpoint best on the validation split (and the latest, for --resume); with --eval-every "
-                   "every evaluated step is a checkpoint it can choose. Default: on for distill and menu-imitate.")
+                   "every evaluated step is a checkpoint it can choose. Default: on for hindsight, distill and menu-imitate.")
 @click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings; --max-steps or --epochs makes it longer.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--kl-coef", type=click.FloatRange(min=0), default=0.0, show_default=True, help="KL penalty to the base model.")
@@ -551,14 +554,14 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True, help="--on-policy: sampling temperature.")
 @click.option("--train-layers", type=click.IntRange(min=0),
               help="LoRA on the top N blocks only (the frozen blocks below cost no backward pass and keep no activations); "
-                   "0 = all. Default: 1 for distill and menu-imitate, else 4.")
+                   "0 = all. Default: 1 for hindsight, distill and menu-imitate, else 4.")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Logged path: padded tokens per forward pass; lower it when train says the step does not fit in memory.")
 @click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
               help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
 @click.option("--objective", type=click.Choice(OBJECTIVES),
-              help="Default: distill on the torch back-end (a step costs seconds), grpo on art/serverless and with "
+              help="Default: hindsight on the torch back-end (a step costs seconds), grpo on art/serverless and with "
                    "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
                    "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
                    "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline; "
@@ -573,8 +576,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
                    "distill = the same, fitted only to the answers of the agents that stand above their peers on the train "
                    "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents); "
                    "hindsight = the same, fitted where the prompt's latest fresh headline names a stock to the trade of "
-                   "it that paid (buy if it rose, sell if it fell), elsewhere to hold: every agent's decisions, and "
-                   "--init-from starts it from a distilled run (docs/TRAINING.md, \"Hindsight on the named stock\").")
+                   "it that news of its meaning paid on the train windows (a critic of the headlines learned from outcomes, "
+                   "cross-fitted; hold where it is not confident), elsewhere to hold: every agent's decisions "
+                   "(docs/TRAINING.md#credit-by-meaning).")
 @click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
 @click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
               help="--objective menu: renamed copies of each train decision (0: the real tickers).")
@@ -811,6 +815,9 @@ def improve(obj: BabylonContext, **options) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0 = not at all, the control: then there is nothing to learn.")
+@click.option("--wording", type=click.Choice(["fresh", "templates"]), default="fresh", show_default=True,
+              help="fresh: every headline worded afresh, the held-out windows in phrasings no train window had; templates: the "
+                   "14 fixed sentences of old, for comparison.")
 @click.option("--steps", type=click.IntRange(min=1), default=384, show_default=True,
               help="Training steps (the hindsight student and the imitation baseline alike; the checkpoint best on "
                    "validation is evaluated).")

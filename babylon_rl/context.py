@@ -184,6 +184,7 @@ class BabylonContext:
         dirt_rate: float = 0.02,
         target: str | None = None,
         news_strength: float = 1.0,
+        wording: str = "fresh",
         policy: str | None = None,
         policy_agents: int | None = None,
         base_url: str | None = None,
@@ -197,7 +198,7 @@ class BabylonContext:
         config = SimulationConfig(
             agents=agents, windows=windows, window_hours=window_hours, steps_per_window=steps_per_window,
             seed=seed, start=start, rich_share=rich_share, dirt_rate=dirt_rate, news_strength=news_strength,
-            policy_agents=policy_agents, policy_model=policy or "",
+            wording=wording, policy_agents=policy_agents, policy_model=policy or "",
         ).validate()
         target = target or ("postgres" if self.database_url else "duckdb")
         if target not in ("postgres", "duckdb"):

@@ -50,6 +50,8 @@ class QuickstartOptions:
     windows: int = 480
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
+    # fresh: every headline worded afresh, the held-out (latest) half in phrasings the rest never used (simulate/news.py)
+    wording: str = "fresh"
     # Training is `train`'s own recipe for hindsight and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
     # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), run twice as long: the
     # student's validation still rose at the recipe's 192 steps. On 2 cores with native bf16 each distinct decision's
@@ -127,7 +129,8 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
             ctx.db_migrate()
     with _stage(ctx, result, 1, f"simulate into {target}"):
         ctx.simulate(agents=options.agents, windows=options.windows, steps_per_window=options.steps_per_window,
-                     seed=options.seed, start=START, target=target, news_strength=options.news_strength)
+                     seed=options.seed, start=START, target=target, news_strength=options.news_strength,
+                     wording=options.wording)
     with _stage(ctx, result, 2, "build"):
         ctx.build()
     with _stage(ctx, result, 3, "dataset build"):

@@ -254,8 +254,8 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     train_ids = set(pl.read_parquet(home / "datasets" / "d" / "train.parquet")["trajectory_id"])
     validation_ids = set(pl.read_parquet(home / "datasets" / "d" / "validation.parquet")["trajectory_id"])
     assert read and read <= train_ids | validation_ids and not read & eval_ids
-    if "hindsight" in objective:  # the headline standing read every train decision, whichever it trained on
-        assert train_ids <= read and "headlines" in json.loads((home / "runs" / "r" / "inputs.json").read_text())
+    if "hindsight" in objective:  # the credit read every train decision, whichever it trained on
+        assert train_ids <= read and "credit" in json.loads((home / "runs" / "r" / "inputs.json").read_text())
     best = json.loads((home / "runs" / "r" / "best.json").read_text())
     assert "score" in best  # keep-best chose on the validation split's greedy answers
     menu = ("--menu-shares", "50") if "menu" in objective else ()  # the menu policies: one shared base, answers on the menu
@@ -870,7 +870,7 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
         assert {"pnl_per_decision_diff", "trade_precision_diff", "precision_estimable"} <= set(diff)
     assert "best agents" in evaluation.output and "trade precision" in evaluation.output
 
-    news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n",  # news: the recipe's default
+    news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n", "--objective", "distill",
                    "--max-steps", "1", "--groups-per-step", "4", "--train-layers", "1")
     assert news.exit_code == 0, news.output
     news_inputs = json.loads((home / "runs" / "n" / "inputs.json").read_text())
@@ -878,7 +878,7 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
     assert news_inputs["teacher_answers"] == "news" and 0 < news_inputs["taught_decisions"] < inputs["taught_decisions"]
     assert news_inputs["trajectory_ids"] == inputs["trajectory_ids"]  # it read what the run on all their answers read
 
-    few = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "few", "--train-decisions", "5",
+    few = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "few", "--objective", "distill", "--train-decisions", "5",
                   "--max-steps", "3", "--groups-per-step", "4", "--train-layers", "1")
     assert few.exit_code == 0, few.output
     assert json.loads((home / "runs" / "few" / "inputs.json").read_text())["taught_decisions"] == 5  # three steps over five decisions
@@ -937,12 +937,12 @@ def test_the_torch_back_end_distils_by_default_and_art_keeps_grpo():
 
 
 def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> None:
-    """`train --dataset NAME` alone runs distill's one-block recipe (the one measured to teach on 2 cores); its imitation
+    """`train --dataset NAME` alone runs hindsight's one-block recipe (credit by meaning, docs/TRAINING.md); its imitation
     baseline gets the same budget; other objectives and back-ends keep the general defaults; what a user gives wins."""
     from babylon_rl.train.loop import DEFAULTS, RECIPES, TrainConfig
 
     plain = TrainConfig(dataset="d")
-    assert plain.objective == "distill" and {k: getattr(plain, k) for k in RECIPES["distill"]} == RECIPES["distill"]
+    assert plain.objective == "hindsight" and {k: getattr(plain, k) for k in RECIPES["hindsight"]} == RECIPES["hindsight"]
     imitation = TrainConfig(dataset="d", objective="menu-imitate")
     assert {k: getattr(imitation, k) for k in RECIPES["menu-imitate"]} == {k: getattr(plain, k) for k in RECIPES["menu-imitate"]}
     for other in (TrainConfig(dataset="d", objective="grpo"), TrainConfig(dataset="d", backend="art"), TrainConfig(dataset="d", objective="menu")):
@@ -953,11 +953,18 @@ def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> N
     assert resumed.max_steps is None and resumed.learning_rate is None
 
 
-def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing(home, small_llama, run_cli):
+def test_distill_without_an_agent_that_stands_out_says_so_and_trains_nothing_where_the_default_trains(home, small_llama, run_cli):
     for args in (("simulate", "--agents", "5", "--windows", "8", "--steps-per-window", "2", "--seed", "4", "--start", "2025-01-01T00:00"),
                  ("build",), ("dataset", "build", "--name", "d", "--lookback-hours", "9", "--min-actions", "2",
                               "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
         assert run_cli(*args).exit_code == 0
+    # the design card's command on the same small dataset: it trains, and says in one line what its credit found
+    plain = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "plain", "--max-steps", "2",
+                    "--groups-per-step", "4", "--eval-every", "1")
+    assert plain.exit_code == 0, plain.output
+    assert sum(line.startswith("credit: ") for line in plain.output.splitlines()) == 1
+    assert json.loads((home / "runs" / "plain" / "run.json").read_text())["objective"] == "hindsight"
+    assert "credit" in json.loads((home / "runs" / "plain" / "inputs.json").read_text())
     result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--objective", "distill", "--run-name", "r")
     assert result.exit_code == 2 and "stands above its peers" in result.output and "nothing to distill" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -986,66 +993,32 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
     assert trades_only == pytest.approx(alone_trade, rel=1e-5) and trades_only != pytest.approx(both, rel=1e-3)
 
 
-def test_hindsight_fits_the_trade_of_the_named_stock_that_paid_and_hold_where_no_headline_is_fresh(small_llama):
-    """The credit goes where the news points: the named stock's own move decides buy or sell, whatever the headline says
-    and whatever the logged agent answered; a stale headline (or none) is fitted to hold."""
+def test_hindsight_fits_the_credited_trade_of_the_named_stock_and_hold_elsewhere(small_llama):
+    """The credit goes where the news points: the trade of the named stock the credit calls for (train/credit.py), whatever
+    the stock did in this window and whatever the logged agent answered; a stale headline, no headline, or a credited
+    hold is fitted to hold, and so is a credited trade the valid menu lacks."""
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, menu
     from babylon_rl.train.menu_losses import hindsight_index
 
-    def target(news: str, at: str = "12:13") -> tuple[str, str]:
-        task = _menu_task(news, at)
+    def target(news: str, direction: str | None, at: str = "12:13") -> tuple[str, str]:
+        task = replace(_menu_task(news, at), news_direction=direction)
         answers = menu(task, 50)
         rewards = np.array([task.price(a)[0] for a in answers], dtype=np.float32)
         action = parse_action(answers[hindsight_index(task, answers, rewards)])
         return action.kind, action.ticker
 
-    # ACME rose 220 -> 230 and BOLT fell 52 -> 50 in the window: the headline's words do not decide, the move does
-    assert target("ACME: Acme Corp misses earnings expectations") == ("buy", "ACME")
-    assert target("BOLT: Bolt Inc beats earnings expectations") == ("sell", "BOLT")
-    assert target("ACME: Acme Corp beats earnings expectations", at="11:40") == ("hold", "")  # 43 minutes old
+    # ACME rose 220 -> 230 and BOLT fell 52 -> 50 in the window: the credit decides, not this window's move
+    assert target("ACME: Acme Corp misses earnings expectations", "sell") == ("sell", "ACME")
+    assert target("BOLT: Bolt Inc beats earnings expectations", "buy") == ("buy", "BOLT")
+    assert target("ACME: Acme Corp updates its logo", "hold") == ("hold", "")
+    assert target("ACME: Acme Corp beats earnings expectations", None) == ("hold", "")
+    assert target("ACME: Acme Corp beats earnings expectations", "buy", at="11:40") == ("hold", "")  # 43 minutes old
     # the trainer's items carry it as their target, where imitation's carry the logged answer (a hold here)
-    task = _menu_task("ACME: Acme Corp misses earnings expectations")
+    task = replace(_menu_task("ACME: Acme Corp misses earnings expectations"), news_direction="buy")
     targets = {objective: MenuTrainer(str(small_llama), MenuOptions(objective=objective, train_layers=1, variants=0)).items_for([task], 0)[0]
                for objective in ("hindsight", "imitate")}
     assert targets["hindsight"].answers[targets["hindsight"].target_index] == '{"action": "buy", "ticker": "ACME", "shares": 50}'
     assert targets["imitate"].target_index == 0
-
-
-def _headline_run(news: str, window: int, end: float) -> Task:
-    """`_menu_task` in its own window, the named stock (ACME, at $223.79 when it decides) ending at `end`."""
-    task = _menu_task(news)
-    truth = GroundTruth(f"w{window}", task.truth.stocks | {"ACME": Stock(220.0, end)}, {})
-    return replace(task, trajectory_id=f"t{window}", window_id=f"w{window}", truth=truth)
-
-
-def test_hindsight_fits_what_a_recurring_headline_did_on_average_not_what_its_stock_did_once():
-    """The headline standing pools a headline's train situations across stocks (its ticker and company name masked) and
-    judges it by its mean move at a level corrected for the headlines judged: a headline whose stock rose in 10 of 12
-    windows calls for buy even where its stock fell, one that moved either way for hold even where its stock rose, and
-    one too rare to judge leaves each decision's own move as the target. A situation counts once."""
-    from babylon_rl.train.cached import menu
-    from babylon_rl.train.headlines import MIN_SITUATIONS, headline_standing
-    from babylon_rl.train.menu_losses import hindsight_index
-
-    rises = [_headline_run("ACME: Acme Corp beats earnings expectations", i, 229.0 if i % 6 else 221.0) for i in range(12)]
-    either = [_headline_run("ACME: Acme Corp updates its logo", 20 + i, 226.0 if i % 2 else 221.5) for i in range(12)]
-    rare = [_headline_run("ACME: Acme Corp opens a new office", 40 + i, 221.0) for i in range(MIN_SITUATIONS - 1)]
-    again = replace(rises[1], trajectory_id="other agent", truth=GroundTruth("w1", rises[1].truth.stocks | {"ACME": Stock(220.0, 200.0)}, {}))
-    standing = headline_standing(rises + either + rare + [again])
-    assert {m.headline: (m.situations, m.direction) for m in standing.moves.values()} == {
-        "{name} beats earnings expectations": (12, "buy"), "{name} updates its logo": (12, "hold")}
-    assert standing.rare == 1 and standing.corrected_level == pytest.approx(0.975)
-    assert "2 recur in 10+ train situations (1 rarer ones not judged); 1 move their stock up and 0 down" in standing.line()
-
-    def target(task: Task) -> str:
-        answers = menu(task, 50)
-        rewards = np.array([task.price(a)[0] for a in answers], dtype=np.float32)
-        return parse_action(answers[hindsight_index(task, answers, rewards)]).kind
-
-    credited = standing.credited([rises[0], either[1], rare[0], _menu_task("ACME: Acme Corp beats earnings expectations", at="11:40")])
-    assert [t.news_direction for t in credited] == ["buy", "hold", None, None]
-    assert [target(t) for t in (rises[0], either[1])] == ["sell", "buy"]  # each decision's own move
-    assert [target(t) for t in credited] == ["buy", "hold", "sell", "hold"]  # the headline's call; the rare one's own move
 
 
 def test_hindsight_weighs_each_trade_target_by_what_it_paid_and_holds_as_before(small_llama):

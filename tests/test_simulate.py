@@ -328,3 +328,49 @@ def test_unreachable_database_is_one_masked_line(run_cli) -> None:
     assert result.exit_code == 2
     assert "cannot connect to postgresql://postgres:***@127.0.0.1:1/nowhere" in result.output
     assert "s3cret" not in result.output and "Traceback" not in result.output
+
+
+def _masked_headlines(config: SimulationConfig, starts: list[datetime]) -> list[str]:
+    from babylon_rl.simulate.market import company_name
+
+    out = []
+    for start in starts:
+        market = generate_market(config, start)
+        for e in market.news:
+            ticker = config.tickers[e.ticker]
+            out.append(e.headline.replace(company_name(ticker), "{name}").replace(ticker, "{ticker}"))
+    return out
+
+
+def test_fresh_news_rarely_recurs_and_later_windows_read_phrasings_no_earlier_window_had() -> None:
+    """The game writes every story afresh: nearly no headline text recurs (names masked), and the windows from
+    `unseen_wording_from` on share no headline with the earlier ones; the market (stories and prices) is the templates'."""
+    from babylon_rl.evaluate.rules import headline_sentiment
+
+    split = START + timedelta(hours=100)
+    config = _config(seed=3, unseen_wording_from=split)
+    early = _masked_headlines(config, [START + timedelta(hours=h) for h in range(100)])
+    late = _masked_headlines(config, [START + timedelta(hours=h) for h in range(100, 200)])
+    assert len(set(early)) > 0.9 * len(early) and len(set(late)) > 0.9 * len(late)
+    assert not set(early) & set(late)
+    old = _masked_headlines(_config(seed=3, wording="templates"), [START + timedelta(hours=h) for h in range(100)])
+    assert len(set(old)) == 14
+    fresh, templated = generate_market(config, START + timedelta(hours=7)), generate_market(_config(seed=3, wording="templates"), START + timedelta(hours=7))
+    assert fresh.prices == templated.prices
+    assert [(e.minute, e.ticker, e.sentiment) for e in fresh.news if not e.echo] == [(e.minute, e.ticker, e.sentiment) for e in templated.news]
+    # the news rule's oracle knows every phrasing the simulator writes, mixed stories included
+    for start in (START + timedelta(hours=h) for h in range(0, 200, 5)):
+        assert all(headline_sentiment(e.headline) == e.sentiment for e in generate_market(config, start).news)
+
+
+def test_a_simulation_words_its_latest_half_from_the_unseen_phrasings() -> None:
+    from babylon_rl.simulate.news import OUTLETS
+    from babylon_rl.simulate.sinks import MemorySink
+
+    sink = MemorySink()
+    run_simulation(_config(windows=6, seed=1, dirt_rate=0.0), sink)
+    families = []
+    for rows in sink.windows:
+        headlines = [n["headline"] for row in rows.outcomes if row[7] for n in json.loads(row[7])]
+        families.append({next(i for i, outlets in enumerate(OUTLETS) if any(o in h for o in outlets)) for h in headlines})
+    assert families == [{0}] * 3 + [{1}] * 3

@@ -3,9 +3,10 @@
 Buy (sell) the ticker of the latest bullish (bearish) headline of the last `FRESH_MINUTES`,
 read from the compact decision prompt (`prompts.py`: `12:23, 37 min left` and `12:13 ACME:
 Acme Corp beats earnings expectations`); with no fresh telling headline, the fallback answer.
-Headlines are told apart by the simulator's own templates, so the rule knows what the game's
-text means and no model has to: it is an upper reference for the benchmark and the test that a
-policy which reads the news is recognised, never a trained policy.
+Headlines are told apart by the simulator's own wording (its 14 templates and the newsroom's
+phrasings, `simulate/news.py`), so the rule knows what the text means and no model has to: an
+oracle, the upper reference for the benchmark and the test that a policy which reads the news is
+recognised, never a trained policy nor a training input.
 """
 
 from __future__ import annotations
@@ -16,19 +17,28 @@ from typing import Iterator
 
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.simulate.market import HEADLINES
+from babylon_rl.simulate.news import MIXED, phrasings
 
 FRESH_MINUTES = 30
 CLOCK = re.compile(r"^(\d\d):(\d\d)", re.M)
 NEWS_LINE = re.compile(r"^(\d\d):(\d\d) ([A-Z][A-Z0-9.]{0,9}): (.*)$", re.M)
-_TEMPLATES = {
-    sentiment: [re.compile(re.escape(t).replace(r"\{name\}", ".+").replace(r"\{ticker\}", "[A-Z]+")) for t in templates]
-    for sentiment, templates in HEADLINES.items()
-}
+SLOT = re.compile(r"\\\{[a-z]+\\\}")
+
+
+def _pattern(phrasing: str) -> re.Pattern:
+    return re.compile(SLOT.sub(".+?", re.escape(phrasing)))
+
+
+# the mixed stories first: their lines hold a phrase of the other sentiment
+_WORDING = [(s, _pattern(p)) for s, mixed in MIXED.items() for p in mixed] + [
+    (s, _pattern(p)) for s, wording in phrasings().items() for p in wording if p not in MIXED.get(s, ())] + [
+    (s, _pattern(t)) for s, templates in HEADLINES.items() for t in templates]
 
 
 def headline_sentiment(headline: str) -> str | None:
-    """BULLISH, BEARISH or NEUTRAL for a headline of the simulator's templates, else None."""
-    return next((s for s, patterns in _TEMPLATES.items() if any(p.fullmatch(headline.strip()) for p in patterns)), None)
+    """BULLISH, BEARISH or NEUTRAL for a headline the simulator wrote (a template, or a newsroom phrasing within its
+    outlet's line), else None."""
+    return next((s for s, pattern in _WORDING if pattern.search(headline)), None)
 
 
 def fresh_headlines(prompt: DecisionPrompt) -> Iterator[tuple[str, str]]:

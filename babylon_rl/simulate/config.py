@@ -7,6 +7,7 @@ from datetime import datetime
 
 from babylon_rl.errors import ConfigError
 
+WORDINGS = ("fresh", "templates")
 PERSONA_NAMES = ("news", "momentum", "contrarian", "random", "risk_averse")
 
 
@@ -49,6 +50,11 @@ class SimulationConfig:
     starting_balance: float = 10_000.0
     batch_windows: int = 10  # windows per write transaction
     personas: tuple[str, ...] = field(default=PERSONA_NAMES)
+    # fresh: every headline worded afresh by the newsroom (simulate/news.py); templates: the 14 fixed sentences of old
+    wording: str = "fresh"
+    # windows starting from here are worded from phrasings and outlets no earlier window used; None in a simulation:
+    # the start of its latest half (run_simulation), which the quickstart's eval split (its latest half) is
+    unseen_wording_from: datetime | None = None
     news_strength: float = 1.0  # scales the drift a headline gives its stock; 0: headlines say nothing about prices
     policy_agents: int = 0  # agents whose decisions come from a model (policy_play.py), beside the personas
     policy_model: str = ""  # that model's id, logged as the model of their calls
@@ -76,6 +82,7 @@ class SimulationConfig:
             (set(self.personas) <= set(PERSONA_NAMES) and self.personas, f"personas must come from {PERSONA_NAMES}"),
             (self.batch_windows >= 1, "batch_windows must be at least 1"),
             (0.0 <= self.news_strength <= 10.0, f"--news-strength must be between 0 and 10, not {self.news_strength}"),
+            (self.wording in WORDINGS, f"--wording must be one of {', '.join(WORDINGS)}, not {self.wording!r}"),
             (self.policy_agents >= 0, "--policy-agents must not be negative"),
             (not self.policy_agents or self.policy_model, "--policy-agents needs --policy MODEL (the model they play with)"),
         ]

@@ -12,13 +12,14 @@ from datetime import datetime
 
 import numpy as np
 
+from babylon_rl.simulate import news as newsroom
 from babylon_rl.simulate.config import SimulationConfig
 
 EPOCH = datetime(1970, 1, 1)
 
 # Streams of the per-window generators; separate streams keep e.g. the dirt draws
 # from shifting the market when only --dirt-rate changes.
-STREAM_MARKET, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS, STREAM_POLICY = 0, 1, 2, 3, 4
+STREAM_MARKET, STREAM_AGENTS, STREAM_DIRT, STREAM_IDS, STREAM_POLICY, STREAM_WORDING = 0, 1, 2, 3, 4, 5
 
 MINUTE_SIGMA = 0.0015  # ~1.2 % per hour of noise
 JUMP_PROB, JUMP_SIGMA = 0.004, 0.012
@@ -53,8 +54,9 @@ SENTIMENTS = ("BULLISH", "BEARISH", "NEUTRAL")
 class NewsEvent:
     minute: int
     ticker: int  # index into the window's tickers
-    sentiment: str
+    sentiment: str  # the simulator's own label: it moves the price and the personas read it; nothing trains on it
     headline: str
+    echo: bool = False  # a second outlet's report of a story already out: the market moves once per story
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def generate_market(config: SimulationConfig, start: datetime) -> WindowMarket:
     key = window_key(start)
     rng = rng_for(config, key, STREAM_MARKET)
     minutes, n = config.window_minutes, len(config.tickers)
-    news = _news(rng, config, minutes)
+    news = _news(rng, config, minutes, start)
     log_returns = _log_returns(rng, n, minutes, news, config.news_strength)
     start_prices = base_prices(config) * np.exp(rng.normal(0.0, 0.08, n))
     paths = start_prices[:, None] * np.exp(np.concatenate([np.zeros((n, 1)), np.cumsum(log_returns, axis=1)], axis=1))
@@ -121,21 +123,30 @@ def generate_market(config: SimulationConfig, start: datetime) -> WindowMarket:
     return WindowMarket(key, start, window_id(start), minutes, config.tickers, prices.tolist(), news, markets)
 
 
-def _news(rng: np.random.Generator, config: SimulationConfig, minutes: int) -> list[NewsEvent]:
+def _news(rng: np.random.Generator, config: SimulationConfig, minutes: int, start: datetime) -> list[NewsEvent]:
+    """The window's stories (minute, stock, sentiment: the market stream's draws, whatever the wording), each worded by
+    the newsroom (`news.py`) or, with `wording="templates"`, from the 14 fixed sentences."""
     low, high = config.news_per_window
     count = int(rng.integers(low, high + 1))
     at = np.sort(rng.integers(0, minutes - 5, count))
     tickers = rng.integers(0, len(config.tickers), count)
     kinds = rng.choice(3, count, p=[0.4, 0.4, 0.2])
     templates = rng.random(count)
+    wording = rng_for(config, window_key(start), STREAM_WORDING)
+    family = int(config.unseen_wording_from is not None and start >= config.unseen_wording_from)
     events = []
     for minute, ticker, kind, pick in zip(at.tolist(), tickers.tolist(), kinds.tolist(), templates.tolist()):
         sentiment = SENTIMENTS[kind]
-        options = HEADLINES[sentiment]
         symbol = config.tickers[ticker]
-        headline = options[int(pick * len(options))].format(name=company_name(symbol), ticker=symbol)
-        events.append(NewsEvent(minute, ticker, sentiment, headline))
-    return events
+        if config.wording == "templates":
+            options = HEADLINES[sentiment]
+            events.append(NewsEvent(minute, ticker, sentiment, options[int(pick * len(options))].format(name=company_name(symbol), ticker=symbol)))
+            continue
+        events.append(NewsEvent(minute, ticker, sentiment, newsroom.word(wording, sentiment, company_name(symbol), symbol, family)))
+        if newsroom.echoes(wording) and minute + 5 < minutes - 5:
+            later = minute + int(wording.integers(1, 5))
+            events.append(NewsEvent(later, ticker, sentiment, newsroom.word(wording, sentiment, company_name(symbol), symbol, family), echo=True))
+    return sorted(events, key=lambda e: e.minute)
 
 
 def _log_returns(rng: np.random.Generator, n: int, minutes: int, news: list[NewsEvent], strength: float = 1.0) -> np.ndarray:
@@ -145,7 +156,7 @@ def _log_returns(rng: np.random.Generator, n: int, minutes: int, news: list[News
     noise = rng.normal(0.0, MINUTE_SIGMA, (n, minutes))
     jumps = (rng.random((n, minutes)) < JUMP_PROB) * rng.normal(0.0, JUMP_SIGMA, (n, minutes))
     returns = drift + noise + jumps
-    for event in news:
+    for event in (e for e in news if not e.echo):
         size, lag, priced_in = rng.uniform(*NEWS_MOVE), int(rng.integers(NEWS_LAG[0], NEWS_LAG[1] + 1)), rng.random()
         if event.sentiment == "NEUTRAL" or priced_in < PRICED_IN_SHARE:
             continue

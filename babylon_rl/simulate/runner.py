@@ -57,6 +57,8 @@ def run_simulation(
     began = time.perf_counter()
     totals = [0, 0, 0, 0]  # trajectories, steps, llm calls, outcomes
     starts = window_starts(config)
+    if config.unseen_wording_from is None:
+        config = replace(config, unseen_wording_from=starts[len(starts) // 2])
     for first in range(0, len(starts), config.batch_windows):
         batch = [simulate_window(config, start, player) for start in starts[first:first + config.batch_windows]]
         sink.write(batch)

@@ -28,7 +28,7 @@ from babylon_rl.settings import Home
 
 if TYPE_CHECKING:
     from babylon_rl.dataset.dataset import Dataset
-    from babylon_rl.train.headlines import HeadlineStanding
+    from babylon_rl.train.credit import Credit
     from babylon_rl.train.teachers import Teachers
 
 INVALID_REWARD = -2.0
@@ -49,8 +49,8 @@ class Task:
     truth: GroundTruth
     logged_answer: str  # what the logged agent answered (the imitation baseline's and distillation's target)
     agent_id: str = ""  # who answered it in the logs (distillation keeps its teachers' decisions)
-    # hindsight: the trade (buy | sell) or hold its latest fresh headline calls for by its mean move over the train
-    # windows (train/headlines.py); None: no fresh headline, or one too rare to judge
+    # hindsight: the trade (buy | sell) or hold its latest fresh headline calls for, learned from outcomes on the train
+    # windows (train/credit.py); None: no fresh headline
     news_direction: str | None = None
 
     @classmethod
@@ -90,8 +90,8 @@ class DecisionData:
     validation: list[Task]
     teachers: "Teachers | None" = None  # distillation: who the train decisions were kept for
     teacher_answers: str = "all"  # distillation: which of their answers were kept (`teachers.TEACHER_ANSWERS`)
-    headlines: "HeadlineStanding | None" = None  # hindsight: what each recurring headline did on the train windows
-    read_trajectory_ids: frozenset[str] = frozenset()  # ids read besides the kept decisions' (the standing's windows)
+    credit: "Credit | None" = None  # hindsight: what each train situation's headline calls for (train/credit.py)
+    read_trajectory_ids: frozenset[str] = frozenset()  # ids read besides the kept decisions' (the credit's windows)
 
     @property
     def read_ids(self) -> list[str]:
@@ -115,13 +115,13 @@ class DecisionData:
                                   f"{TEACHER_ANSWERS['news']}): use --teacher-answers all")
         return replace(self, train=kept, teachers=teachers, teacher_answers=answers, read_trajectory_ids=self._every_train_id)
 
-    def credited_by_headlines(self) -> "DecisionData":
-        """Every train decision with what its headline calls for by its mean move over the train windows
-        (`headlines.py`): all of them are read, whichever `--train-decisions` later draws."""
-        from babylon_rl.train.headlines import headline_standing
+    def credited_by_meaning(self, embed) -> "DecisionData":
+        """Every train decision with what its headline calls for, learned from the train windows' outcomes and checked on
+        validation (`credit.py`): all of them are read, whichever `--train-decisions` later draws."""
+        from babylon_rl.train.credit import credit
 
-        standing = headline_standing(self.train)
-        return replace(self, train=standing.credited(self.train), headlines=standing, read_trajectory_ids=self._every_train_id)
+        found = credit(self.train, self.validation, embed)
+        return replace(self, train=found.credited(self.train), credit=found, read_trajectory_ids=self._every_train_id)
 
     @property
     def _every_train_id(self) -> frozenset[str]:

@@ -92,7 +92,7 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _default_objective(self) -> "TrainConfig":
         if self.objective is None:
-            self.objective = "distill" if self.backend == "torch" and not self.on_policy else "grpo"
+            self.objective = "hindsight" if self.backend == "torch" and not self.on_policy else "grpo"
         if self.hold_weight is not None and self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate", "hindsight"):
             raise ValueError(f"--hold-weight weighs the hold labels of distill, menu-imitate and hindsight, not {self.objective}")
         if self.trade_cost and self.objective not in ("menu", "menu-pg", "menu-value"):
@@ -246,6 +246,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     run, config = load_run(home, config)
     data = _load_data(home, config)
     base_model = resolve_model(home, config, console)
+    data = _drawn(_credited(data, config, base_model), config)
     init_adapter = None
     if config.init_from:
         init_adapter, parent_ids = warm_start(home, config, base_model)
@@ -259,7 +260,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     total_steps = schedule.total_steps(config.max_steps, config.epochs)
     if config.population:
         check_population(config, total_steps)
-    for standing in (getattr(data, "teachers", None), getattr(data, "headlines", None)):
+    for standing in (getattr(data, "teachers", None), getattr(data, "credit", None)):
         if standing:
             console.print(standing.line())
     create_run(run, config)
@@ -383,14 +384,26 @@ def _load_data(home: Home, config: TrainConfig):
             from babylon_rl.train.teachers import choose
 
             data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
-        if config.objective == "hindsight":
-            data = data.credited_by_headlines()
-        if config.train_decisions:
-            # spread over situations: decisions of one window and headline teach hindsight one target, and each costs its
-            # frozen states all the same (docs/TRAINING.md#which-train-decisions)
-            data = replace(data, train=drawn(data.train, config.train_decisions, config.seed + 4, situation=lambda task: task.situation))
         return data
     return load_scored_dataset(home, config.dataset)
+
+
+def _credited(data, config: TrainConfig, base_model: str):
+    """hindsight: every train decision with what its headline calls for (train/credit.py), learned with the base model."""
+    if config.objective != "hindsight":
+        return data
+    from babylon_rl.train.credit import HeadlineEmbedder
+    from babylon_rl.train.models import resolve_device
+
+    return data.credited_by_meaning(HeadlineEmbedder(base_model, resolve_device(config.device)))
+
+
+def _drawn(data, config: TrainConfig):
+    """At most --train-decisions of the train decisions, spread over situations: decisions of one window and headline teach
+    hindsight one target, and each costs its frozen states all the same (docs/TRAINING.md#which-train-decisions)."""
+    if not (config.on_decisions and config.train_decisions):
+        return data
+    return replace(data, train=drawn(data.train, config.train_decisions, config.seed + 4, situation=lambda task: task.situation))
 
 
 def warm_start(home: Home, config: TrainConfig, base_model: str) -> tuple[Path, frozenset[str]]:
@@ -436,8 +449,8 @@ def _record_inputs(run: RunDir, data) -> None:
     """inputs.json: every trajectory id training and selection read (the tests check none is an eval id)."""
     teachers = getattr(data, "teachers", None)
     extra = {"teachers": teachers.to_dict(), "teacher_answers": data.teacher_answers, "taught_decisions": len(data.train)} if teachers else {}
-    if getattr(data, "headlines", None):
-        extra["headlines"] = data.headlines.to_dict()
+    if getattr(data, "credit", None):
+        extra["credit"] = data.credit.to_dict()
     run.inputs.write_text(json.dumps({"dataset": data.name, "trajectory_ids": data.read_ids, **extra}, indent=1))
 
 

@@ -61,33 +61,20 @@ def logged_index(task: "Task", answers: list[str], rewards: np.ndarray | None = 
 
 def hindsight_index(task: "Task", answers: list[str], rewards: np.ndarray) -> int:
     """The menu entry `hindsight` fits: where the prompt's latest fresh headline names a stock, the trade of that stock
-    its headline calls for by its mean move over the train windows (`task.news_direction`, train/headlines.py: buy,
-    sell, or hold where that mean does not stand out), or, for a headline too rare to judge, the trade that paid in
-    this decision (buy if the stock rose to the window's end, sell if it fell); elsewhere hold.
+    the headline calls for (`task.news_direction`: learned from outcomes on the train windows, train/credit.py: buy, sell,
+    or hold where the critic is not confident); elsewhere hold.
 
     The credit goes where the news points and nowhere else. A decision's reward over the whole menu is mostly the other
     stocks' moves (docs/TRAINING.md, "Hindsight on the named stock"); the named stock's own move is the news's effect plus
-    its noise, and on the quickstart's train decisions its direction agrees with the headline's 80 % of the time, which
-    the mean over a headline's windows cancels. No headline is read for its meaning: the student learns what the words
-    mean from what the stocks did. The loss weighs each trade target by what it paid or cost here (`hindsight`)."""
+    its noise, which the critic, fitted over many windows, averages out. The student learns what the words mean from
+    what the stocks did. The loss weighs each trade target by what it paid or cost here (`hindsight`)."""
     latest = next(fresh_headlines(task.request), None)
-    if latest is None:
+    if latest is None or task.news_direction is None:
         return HOLD_INDEX
     trades = {(a.kind, a.ticker): i for i, a in enumerate(map(parse_action, answers)) if a.kind in ("buy", "sell")}
-    buy, sell = trades.get(("buy", latest[0])), trades.get(("sell", latest[0]))
-    direction = task.news_direction if task.news_direction is not None else _moved(task, latest[0])
     # the valid menu lacks a buy the cash does not cover and a sell of what is not held: hold is what is left there
-    index = {"buy": buy, "sell": sell}.get(direction)
+    index = trades.get((task.news_direction, latest[0]))
     return HOLD_INDEX if index is None else index
-
-
-def _moved(task: "Task", ticker: str) -> str:
-    """The trade that paid in this decision: buy where the named stock ended above its price then, sell where below."""
-    stock = task.truth.stocks.get(ticker)
-    now = task.observation.prices.get(ticker) or (stock.start if stock else 0.0)
-    if stock is None or not now or stock.end == now:
-        return "hold"
-    return "buy" if stock.end > now else "sell"
 
 
 # -- losses: the mean loss of a batch ----------------------------------------------------------------------------------
@@ -126,9 +113,7 @@ def imitate(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
 def hindsight(batch: MenuBatch, o: "MenuOptions") -> "torch.Tensor":
     """Imitation of `hindsight_index`'s targets, each trade target weighed by what it paid or cost in its decision (the
     absolute P&L, `MenuItem.paid`), the batch's trades averaging 1 against a hold's weight: the decisions with most at
-    stake count most. Where the target is the decision's own move (a headline too rare to judge), a trade that paid a
-    little is mostly the stock's noise and one that paid a lot mostly the news's drift, so the student ranks buy above
-    sell where the named stock's mean move is up (what P&L rewards), not where it rose more often than not."""
+    stake count most."""
     import torch
 
     index = _targets(batch)

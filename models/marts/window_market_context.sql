@@ -1,7 +1,10 @@
 /* One row per window: the ground truth the agents could not know (every stock's start,
-   end, change, sentiment and news; every prediction market's question, outcome and final
+   end, change, the sentiment its change shows, and its news's headlines and times; every
+   prediction market's question, outcome and final
    probability), as JSON and as the text block the judge reads. Only the judge sees this;
-   it never enters training_samples. Windows with trajectories but no recorded outcomes get
+   it never enters training_samples. A headline's own sentiment label (a simulator's, or a
+   game's) is left out: what trains or judges learns a headline's meaning from what the
+   stocks did, never from a label. Windows with trajectories but no recorded outcomes get
    a row saying so. */
 MODEL (
   name babylon.window_market_context,
@@ -25,7 +28,7 @@ MODEL (
   column_descriptions (
     window_id = 'Window id YYYY-MM-DDTHH:MM',
     window_start = 'Window start (UTC)',
-    stocks_json = 'JSON array of {ticker, start_price, end_price, change_pct, sentiment, news: [{headline, sentiment, at}]}',
+    stocks_json = 'JSON array of {ticker, start_price, end_price, change_pct, sentiment, news: [{headline, at}]}',
     prediction_markets_json = 'JSON array of {market_id, question, outcome, final_probability, volume}',
     stock_count = 'Stocks in the window''s ground truth',
     prediction_market_count = 'Prediction markets in the window''s ground truth',
@@ -63,7 +66,6 @@ news_typed AS (
     source_id,
     news_position,
     @json_text(news_item, 'headline') AS headline,
-    @json_text(news_item, 'sentiment') AS sentiment,
     @json_text(news_item, 'at') AS at_text
   FROM news_items
 ),
@@ -73,13 +75,11 @@ stock_news AS (
     source_id,
     '[' || STRING_AGG(
       '{"headline": ' || COALESCE(@json_quote(headline), 'null')
-      || ', "sentiment": ' || COALESCE(@json_quote(sentiment), 'null')
       || ', "at": ' || COALESCE(@json_quote(at_text), 'null') || '}',
       ', ' ORDER BY at_text, news_position
     ) || ']' AS news_json,
     STRING_AGG(
-      '    news ' || COALESCE(at_text, 'at an unknown time') || ': ' || COALESCE(headline, '(no headline)')
-      || COALESCE(' (' || sentiment || ')', ''),
+      '    news ' || COALESCE(at_text, 'at an unknown time') || ': ' || COALESCE(headline, '(no headline)'),
       CHR(10) ORDER BY at_text, news_position
     ) AS news_text
   FROM news_typed
