@@ -840,8 +840,8 @@ def quickstart(obj: BabylonContext, **options) -> None:
     """The whole loop on the embedded default: simulate, build, dataset, SmolLM2, score, train, eval, report.
 
     \b
-    The student trains on the trade of each fresh headline's stock that paid (train --objective
-    hindsight), its imitation baseline on every logged answer of the same decisions (menu-imitate);
+    The student trains on the trade of each fresh headline's stock that its meaning calls for, as
+    a critic learned from the train windows' outcomes credits it (train --objective hindsight), its imitation baseline on every logged answer of the same decisions (menu-imitate);
     `agents` shows the standing and the best agents' line. The eval has the base, the imitation
     baseline and the student answer from the menu, sharing the base model's frozen blocks (eval
     --menu-shares), and claims learning on P&L and trade precision.

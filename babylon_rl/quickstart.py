@@ -2,8 +2,8 @@
 
 simulate -> build -> dataset build -> model init -> score -> agents (who stands above its peers on the train
 windows: the line to beat) -> train (the imitation baseline: every logged answer's menu entry, from frozen states)
--> train (hindsight: on the same decisions, the trade of the stock the fresh news names that its headline's mean move over
-the train windows calls for; train/headlines.py)
+-> train (hindsight: on the same decisions, the trade of the stock the fresh news names that a critic of the headlines,
+learned from outcomes on the train windows, calls for; train/credit.py)
 -> eval (the three models answer from the menu on one shared base: its frozen blocks run once) -> report. Each stage is the same method the individual command calls; this module only
 chooses the options, times the stages and prints where everything went. It drives a BabylonContext as the CLI does (cli.py calls
 run_quickstart), so the context does not know about it: no import cycle between the two.
@@ -150,7 +150,7 @@ def run_quickstart(ctx: "BabylonContext", options: QuickstartOptions) -> Quickst
                  "dataset": str(ctx.home.datasets / NAME), "base model": str(ctx.home.models / options.base_model)}
     with _stage(ctx, result, 7, "train --objective menu-imitate (the imitation baseline, same budget, frozen blocks once)"):
         ctx.train(run_name=IMITATION, objective="menu-imitate", **common)
-    with _stage(ctx, result, 8, "train --objective hindsight (the same decisions: the trade each headline calls for on average)"):
+    with _stage(ctx, result, 8, "train --objective hindsight (the same decisions: the trade each headline's meaning calls for)"):
         trained = ctx.train(run_name=NAME, objective="hindsight", **common)
     _release_training_states()
     with _stage(ctx, result, 9, "eval: trained vs base vs imitation vs best constant vs logged agents"):
