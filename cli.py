@@ -608,7 +608,7 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 @click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="--objective counterfactual: smaller puts the target on the best-paying answers.")
 @click.option("--hold-weight", type=click.FloatRange(0, 1),
-              help="distill, menu-imitate, hindsight: a hold label's weight in the loss against a trade's 1 (default 0.3); 0 "
+              help="distill, menu-imitate, hindsight: a hold label's weight in the loss against a trade's 1 (default 0.3; 1.0 for hindsight); 0 "
                    "learns from the teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
 @click.option("--trade-cost", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="menu, menu-pg, menu-value: taken off every trade's reward in the training target (validation and eval "

@@ -944,11 +944,14 @@ def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> N
     plain = TrainConfig(dataset="d")
     assert plain.objective == "hindsight" and {k: getattr(plain, k) for k in RECIPES["hindsight"]} == RECIPES["hindsight"]
     imitation = TrainConfig(dataset="d", objective="menu-imitate")
-    assert {k: getattr(imitation, k) for k in RECIPES["menu-imitate"]} == {k: getattr(plain, k) for k in RECIPES["menu-imitate"]}
+    assert {k: getattr(imitation, k) for k in RECIPES["menu-imitate"]} == RECIPES["menu-imitate"]
+    # the same budget as the student's; the student holds at full weight (its credit is a critic's)
+    assert {k: v for k, v in RECIPES["menu-imitate"].items() if k != "hold_weight"} == {k: getattr(plain, k) for k in RECIPES["menu-imitate"] if k != "hold_weight"}
+    assert (imitation.hold_weight, plain.hold_weight) == (0.3, 1.0)
     for other in (TrainConfig(dataset="d", objective="grpo"), TrainConfig(dataset="d", backend="art"), TrainConfig(dataset="d", objective="menu")):
         assert {k: getattr(other, k) for k in DEFAULTS} == DEFAULTS and other.max_steps is None and other.train_decisions is None
     given = TrainConfig(dataset="d", learning_rate=1e-4, train_layers=2, keep_best=False, epochs=3)
-    assert (given.learning_rate, given.train_layers, given.keep_best, given.max_steps, given.hold_weight) == (1e-4, 2, False, None, 0.3)
+    assert (given.learning_rate, given.train_layers, given.keep_best, given.max_steps, given.hold_weight) == (1e-4, 2, False, None, 1.0)
     resumed = TrainConfig(dataset="d", resume=True)  # the saved config runs: no recipe length may pass for a new one
     assert resumed.max_steps is None and resumed.learning_rate is None
 

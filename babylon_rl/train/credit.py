@@ -5,39 +5,42 @@ What the news calls for is learned here, from the train windows' outcomes, in a 
 game writes every story afresh (simulate/news.py), so a headline's exact text almost never recurs and a table of
 headlines (what each did over its windows) judges nothing.
 
-The critic. Each train *situation* (a window and its latest fresh headline, `Task.situation`; decisions of one
-situation differ by portfolio, not by what the market did next) gives one example: the headline, its stock's ticker
-and company name masked, embedded by the base model (its hidden states after `EMBED_LAYER` blocks, averaged over the
-headline's tokens), and whether the named stock ended the window above its price then. A logistic regression on the
-standardised embeddings, its L2 weight chosen by cross-fitted log-loss, gives P(up) for a headline of any wording.
+The critic. Each train *situation* (a window and its latest fresh headline, `Task.situation`) gives one example: the
+headline, its stock's ticker and company name masked, embedded by the base model (its hidden states after
+`EMBED_LAYER` blocks, averaged over the headline's tokens), and whether the named stock ended the window above its
+price at the situation's decision nearest the headline. A logistic regression on the standardised embeddings, its L2
+weight chosen by cross-fitted log-loss, gives P(up) for a headline of any wording.
 
 Cross-fitted. The train windows are cut into `FOLDS` folds; a situation's credit comes from the critic fitted on the
 other folds, so no label is the critic's memory of its own window (a critic that saw the window would credit its
 noise). Credit: buy where P(up) >= `CONFIDENT`, sell where P(up) <= 1 - `CONFIDENT`, hold elsewhere: where the critic
-is not confident the student is taught to hold. And the critic as a whole must have shown it reads something: unless
-its cross-fitted trades were right more often than a coin beyond chance (the Wilson lower bound of their precision at
-`LEVEL`, one-sided, above 1/2), it credits hold everywhere. A critic fitted to noise is confident somewhere by chance
-(on headlines whose stocks moved at random, ~a quarter of them in tests/test_credit.py); this is what keeps a student
-from trading where there is nothing to learn. The same critic fitted on every train situation then credits the
-validation situations, and the share of credited trades whose stock moved their way there (`precision`) is reported
-before any student trains on it.
+is not confident the student is taught to hold. A headline's move unfolds over minutes, so a decision long after it
+has little left to gain: the credit holds for as long as the cross-fitted trades were right beyond chance, learned in
+`AGE_STEP`-minute steps of the headline's age (on the quickstart's world the critic's validation precision falls from
+0.89 in the first five minutes to 0.51-0.58 after twenty). And the critic as a whole must have shown it reads
+something: unless its cross-fitted trades were right more often than a coin beyond chance (the Wilson lower bound of
+their precision at `LEVEL`, one-sided, above 1/2), it credits hold everywhere. A critic fitted to noise is confident
+somewhere by chance (on headlines whose stocks moved at random, ~a quarter of them in tests/test_credit.py); this is
+what keeps a student from trading where there is nothing to learn. The same critic fitted on every train situation
+then credits the validation decisions, and the share of credited trades whose stock moved their way there
+(`precision`) is reported before any student trains on it.
 
-What it reads: the prompts' headlines and the train windows' prices only. Never the simulator's sentiment (the contexts
-do not carry it), a persona, or its templates; the company names to mask are learned from the headlines themselves
-(`company_names`), not from the simulator's name table. Train decisions only; a situation counts once.
+What it reads: the prompts' headlines and the train windows' prices only. Never the simulator's sentiment (the
+contexts do not carry it), a persona, or its templates; the company names to mask are learned from the headlines
+themselves (`company_names`), not from the simulator's name table. Train decisions only; a situation counts once.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from babylon_rl.evaluate.rules import fresh_headlines
+from babylon_rl.evaluate.rules import CLOCK, FRESH_MINUTES, NEWS_LINE, fresh_headlines
 
 if TYPE_CHECKING:
     from babylon_rl.train.decisions import Task
@@ -47,17 +50,18 @@ FOLDS = 5
 CONFIDENT = 0.6
 L2_GRID = (0.1, 0.3, 1.0, 3.0, 10.0)
 LEVEL = 0.95
+AGE_STEP = 5  # minutes: the steps in which how long a headline's credit holds is learned
 NAME_SHARE = 0.5  # a word run in at least this share of one stock's headlines, and in few of the others', names it
 WORD = re.compile(r"[A-Z][\w&.'-]*")
 
 
 @dataclass(frozen=True)
 class Check:
-    """How the credit fared on situations whose label it did not see: trades credited and how many were right."""
+    """How the credit fared on decisions whose label it did not see: trades credited and how many were right."""
 
-    situations: int
-    credited: int  # situations credited a trade (buy or sell)
-    right: int  # of them, how many the named stock moved the credited way
+    decisions: int  # decisions after a fresh headline
+    credited: int  # decisions credited a trade (buy or sell)
+    right: int  # of them, how many the named stock moved the credited way from then to the window's end
 
     @property
     def precision(self) -> float | None:
@@ -73,7 +77,7 @@ class Check:
         return bool(low > 0.5)
 
     def to_dict(self) -> dict:
-        return {"situations": self.situations, "credited": self.credited, "right": self.right, "precision": self.precision}
+        return {"decisions": self.decisions, "credited": self.credited, "right": self.right, "precision": self.precision}
 
 
 @dataclass(frozen=True)
@@ -81,13 +85,16 @@ class Credit:
     """What each train situation's headline calls for (cross-fitted), and the critic's own check on validation."""
 
     directions: dict[tuple, str]  # train situation -> buy | sell | hold
-    cross_fitted: Check  # the train situations' credit, each from the critic that did not see its window
-    validation: Check  # the critic fitted on every train situation, crediting the validation situations
+    cross_fitted: Check  # the train decisions' credit, each from the critic that did not see its window
+    validation: Check  # the critic fitted on every train situation, crediting the validation decisions
     l2: float | None
     reason: str = ""  # why nothing was credited, where nothing was
+    checked: dict[tuple, str] = field(default_factory=dict, repr=False)  # validation situation -> the critic's call there
+    max_age: int = 0  # minutes: a headline older than this is credited hold (the news has moved its stock by then)
 
     def direction(self, task: "Task") -> str | None:
-        return self.directions.get(task.situation)
+        call = self.directions.get(task.situation)
+        return "hold" if call is not None and headline_age(task) >= self.max_age else call
 
     def credited(self, tasks: list["Task"]) -> list["Task"]:
         """The tasks with `news_direction` set where their situation has a fresh headline."""
@@ -95,25 +102,26 @@ class Credit:
 
     @property
     def confident(self) -> bool:
-        return any(d != "hold" for d in self.directions.values())
+        return self.max_age > 0 and any(d != "hold" for d in self.directions.values())
 
     def line(self) -> str:
         c = self.cross_fitted
         if self.reason:
             return f"credit: {self.reason}; hindsight fits hold everywhere"
         if not self.confident:
-            found = f"cross-fitted precision {c.precision:.2f} of {c.credited} trades" if c.credited else "no headline's P(up) beyond " \
-                f"{CONFIDENT:.0%} either way"
-            return (f"credit: confident nowhere on {c.situations} train situations ({found}: no better than a coin beyond "
-                    f"chance); hindsight fits hold everywhere")
+            return (f"credit: confident nowhere on {c.decisions} train decisions after a fresh headline (the critic's "
+                    f"cross-fitted trades were no better than a coin beyond chance at any headline age); hindsight fits "
+                    f"hold everywhere")
         v = self.validation
         valid = f"{v.precision:.2f} of {v.credited}" if v.credited else "none credited"
-        return (f"credit: a trade on {c.credited} of {c.situations} train situations (cross-fitted precision "
-                f"{c.precision:.2f}), hold on the rest; on validation {valid} credited trades right ({v.situations} situations)")
+        return (f"credit: a trade on {c.credited} of {c.decisions} train decisions after a fresh headline (cross-fitted "
+                f"precision {c.precision:.2f}; headlines under {self.max_age} min old), hold on the rest; on validation "
+                f"{valid} credited trades right ({v.decisions} decisions)")
 
     def to_dict(self) -> dict:
         calls = Counter(self.directions.values())
-        return {"embed_layer": EMBED_LAYER, "folds": FOLDS, "confident": CONFIDENT, "beyond_chance": self.cross_fitted.beyond_chance, "l2": self.l2, "reason": self.reason,
+        return {"embed_layer": EMBED_LAYER, "folds": FOLDS, "confident": CONFIDENT, "max_age": self.max_age,
+                "beyond_chance": self.cross_fitted.beyond_chance, "l2": self.l2, "reason": self.reason,
                 "train": self.cross_fitted.to_dict() | dict(calls), "validation": self.validation.to_dict()}
 
 
@@ -131,12 +139,12 @@ def credit(train: list["Task"], validation: list["Task"], embed) -> Credit:
     train_examples, validation_examples = examples(train, names), examples(validation, names)
     labelled = [e for e in train_examples if e.up is not None]
     windows = sorted({e.situation[0] for e in labelled})
-    empty = Check(len(train_examples), 0, 0)
+    empty = Check(len(train), 0, 0)
     if not train_examples:
-        return Credit({}, empty, Check(len(validation_examples), 0, 0), None,
+        return Credit({}, empty, Check(len(validation), 0, 0), None,
                       "no train decision follows a fresh headline that names a listed stock")
     if len(windows) < 2 or len({e.up for e in labelled}) < 2:
-        return Credit({e.situation: "hold" for e in train_examples}, empty, Check(len(validation_examples), 0, 0), None,
+        return Credit({e.situation: "hold" for e in train_examples}, empty, Check(len(validation), 0, 0), None,
                       f"{len(labelled)} train situations with a headline in {len(windows)} windows are too few to learn from")
     features = embed([e.text for e in train_examples + validation_examples])
     train_x, validation_x = _standardised(features[: len(train_examples)], features[len(train_examples):])
@@ -147,25 +155,54 @@ def credit(train: list["Task"], validation: list["Task"], embed) -> Credit:
     p_train = np.full(len(train_examples), 0.5)
     p_train[is_labelled] = _cross_fitted(x, y, fold, l2)
     p_validation = _predict(_fit(x, y, l2), validation_x) if len(validation_examples) else np.array([])
-    cross_fitted = _check(train_examples, p_train)
-    directions = {e.situation: _call(p) if cross_fitted.beyond_chance else "hold" for e, p in zip(train_examples, p_train)}
-    return Credit(directions, cross_fitted, _check(validation_examples, p_validation), l2)
+    calls = {e.situation: _call(float(p)) for e, p in zip(train_examples, p_train)}
+    checked = {e.situation: _call(float(p)) for e, p in zip(validation_examples, p_validation)}
+    max_age = _fresh_for(train, calls)
+    cross_fitted = _check(train, calls, max_age)
+    directions = {situation: call if cross_fitted.beyond_chance else "hold" for situation, call in calls.items()}
+    return Credit(directions, cross_fitted, _check(validation, checked, max_age), l2, checked=checked, max_age=max_age)
+
+
+def _fresh_for(tasks: list["Task"], calls: dict[tuple, str]) -> int:
+    """How long a headline's credit holds, learned from the train decisions: the cross-fitted credited trades by the
+    headline's age in `AGE_STEP`-minute steps, up to the first step with trades not right beyond chance (a step without
+    any trades is passed over)."""
+    max_age = 0
+    for start in range(0, FRESH_MINUTES + 1, AGE_STEP):
+        check = _check([t for t in tasks if t.situation in calls and start <= headline_age(t) < start + AGE_STEP], calls, start + AGE_STEP)
+        if check.credited and not check.beyond_chance:
+            break
+        if check.credited:
+            max_age = start + AGE_STEP
+    return max_age
 
 
 def examples(tasks: list["Task"], names: dict[str, list[str]]) -> list[Example]:
-    """One example per situation with a fresh headline, at its first decision."""
-    out, seen = [], set()
+    """One example per situation with a fresh headline, labelled at its decision nearest the headline (the most of the
+    news's move still to come, the least noise after it)."""
+    freshest: dict[tuple, "Task"] = {}
     for task in tasks:
         situation = task.situation
-        latest = situation[1]
-        if latest is None or situation in seen:
-            continue
-        seen.add(situation)
-        ticker, headline = latest
-        now, stock = task.observation.prices.get(ticker), task.truth.stocks.get(ticker)
-        up = None if not now or stock is None or stock.end == now else stock.end > now
-        out.append(Example(situation, masked(ticker, headline, names), up))
-    return out
+        if situation[1] is not None and (situation not in freshest or headline_age(task) < headline_age(freshest[situation])):
+            freshest[situation] = task
+    return [Example(situation, masked(situation[1][0], situation[1][1], names), _up(task, situation[1][0]))
+            for situation, task in freshest.items()]
+
+
+def _up(task: "Task", ticker: str) -> bool | None:
+    """Whether `ticker` ended the window above its price at `task`; None where it did not move or is not known."""
+    now, stock = task.observation.prices.get(ticker), task.truth.stocks.get(ticker)
+    return None if not now or stock is None or stock.end == now else stock.end > now
+
+
+def headline_age(task: "Task") -> int:
+    """Minutes from the task's latest fresh headline to its decision (0 without one)."""
+    text = task.request.messages[-1]["content"]
+    clock, lines = CLOCK.search(text), NEWS_LINE.findall(text)
+    if not clock or not lines:
+        return 0
+    hours, minutes = lines[-1][0], lines[-1][1]
+    return (int(clock.group(1)) * 60 + int(clock.group(2)) - int(hours) * 60 - int(minutes)) % 1440
 
 
 def company_names(tasks: list["Task"]) -> dict[str, list[str]]:
@@ -206,10 +243,12 @@ def _call(p: float) -> str:
     return "buy" if p >= CONFIDENT else "sell" if p <= 1 - CONFIDENT else "hold"
 
 
-def _check(examples_: list[Example], p: np.ndarray) -> Check:
-    calls = [(_call(float(q)), e.up) for e, q in zip(examples_, p)]
-    trades = [(call, up) for call, up in calls if call != "hold" and up is not None]
-    return Check(len(examples_), len(trades), sum((call == "buy") == up for call, up in trades))
+def _check(tasks: list["Task"], calls: dict[tuple, str], max_age: int) -> Check:
+    """The decisions with a fresh headline, the trades their situation's call credits under `max_age`, and the right ones."""
+    with_news = [t for t in tasks if t.situation in calls]
+    trades = [(calls[t.situation], _up(t, t.situation[1][0])) for t in with_news if headline_age(t) < max_age]
+    trades = [(call, up) for call, up in trades if call != "hold" and up is not None]
+    return Check(len(with_news), len(trades), sum((call == "buy") == up for call, up in trades))
 
 
 def _standardised(train: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

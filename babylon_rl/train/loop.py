@@ -35,7 +35,10 @@ from babylon_rl.train.writeback import WriteBack
 DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
 _ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
                   eval_every=16, keep_best=True)
-RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK, "hindsight": _ONE_BLOCK}
+# hindsight holds at full weight: its credit is a critic's, right ~0.8 of the time, and a student that weighs its holds at
+# 0.3 traded 0.7 of the validation decisions at precision 0.38-0.42; at 1.0 0.28-0.32 at 0.63-0.66 (docs/TRAINING.md)
+RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK,
+                            "hindsight": _ONE_BLOCK | {"hold_weight": 1.0}}
 
 
 class TrainConfig(BaseModel):
