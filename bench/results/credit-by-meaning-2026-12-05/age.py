@@ -1,6 +1,6 @@
 # The critic's calls by the headline's age (5-minute steps) on seed 0's validation and held-out decisions, before the age gate
 # existed (each situation's first decision labelled it). A diagnostic, run after the held-out of seed 0 had been read once.
-import sys, json
+import sys
 from pathlib import Path
 sys.path.insert(0, "/work/main")
 from babylon_rl.dataset.dataset import Dataset
