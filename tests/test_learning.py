@@ -846,7 +846,7 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
                               "--target-trajectories", "100000", "--validation-fraction", "0.2", "--eval-fraction", "0.2")):
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
-    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "r",  # no --objective: distill
+    result = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "r", "--objective", "distill",
                      "--teacher-answers", "all", "--max-steps", "2", "--groups-per-step", "4", "--train-layers", "1", "--eval-every", "1", "--keep-best",
                      "--validation-decisions", "3")
     assert result.exit_code == 0, result.output
@@ -927,10 +927,10 @@ def test_a_menu_run_starts_from_a_distilled_adapter_that_never_read_its_eval_win
     assert not any((home / "runs" / name / "checkpoints").exists() for name in ("x1", "x2", "x3", "x4"))
 
 
-def test_the_torch_back_end_distils_by_default_and_art_keeps_grpo():
+def test_the_torch_back_end_trains_hindsight_by_default_and_art_keeps_grpo():
     from babylon_rl.train.loop import TrainConfig
 
-    assert TrainConfig(dataset="d").objective == "distill"
+    assert TrainConfig(dataset="d").objective == "hindsight"
     assert TrainConfig(dataset="d", backend="art").objective == "grpo"
     assert TrainConfig(dataset="d", on_policy=True).objective == "grpo"
     assert TrainConfig(dataset="d", objective="menu").objective == "menu"
@@ -1035,8 +1035,8 @@ def test_hindsight_weighs_each_trade_target_by_what_it_paid_and_holds_as_before(
     from babylon_rl.train.cached import HOLD_INDEX, MenuOptions, MenuTrainer
     from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE
 
-    acme = _menu_task("ACME: Acme Corp beats earnings expectations")
-    crux = replace(_menu_task("CRUX: Crux Biotech beats earnings expectations"), trajectory_id="t2")
+    acme = replace(_menu_task("ACME: Acme Corp beats earnings expectations"), news_direction="buy")  # as the credit calls it
+    crux = replace(_menu_task("CRUX: Crux Biotech beats earnings expectations"), trajectory_id="t2", news_direction="buy")
     stale = replace(_menu_task("ACME: Acme Corp beats earnings expectations", at="11:40"), trajectory_id="t3")
     trainer = MenuTrainer(str(small_llama), MenuOptions(objective="hindsight", train_layers=1, variants=0, seed=5, hold_weight=0.5))
     items = trainer.items_for([acme, crux, stale], 0)
