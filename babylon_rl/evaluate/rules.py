@@ -43,13 +43,24 @@ def headline_sentiment(headline: str) -> str | None:
 
 def fresh_headlines(prompt: DecisionPrompt) -> Iterator[tuple[str, str]]:
     """(ticker, headline) of the prompt's headlines of the last `FRESH_MINUTES`, the latest first."""
+    for age, ticker, headline in _headlines_by_age(prompt):
+        if age > FRESH_MINUTES:
+            return
+        yield ticker, headline
+
+
+def latest_headline_age(prompt: DecisionPrompt) -> int:
+    """Minutes from the prompt's latest headline to its clock (0 without one)."""
+    return next((age for age, _, _ in _headlines_by_age(prompt)), 0)
+
+
+def _headlines_by_age(prompt: DecisionPrompt) -> Iterator[tuple[int, str, str]]:
+    """(minutes since it was published, ticker, headline) of every headline of the prompt, the latest first."""
     text = prompt.messages[-1]["content"]
     clock = CLOCK.search(text)
     now = int(clock.group(1)) * 60 + int(clock.group(2)) if clock else 0
     for hours, minutes, ticker, headline in reversed(NEWS_LINE.findall(text)):
-        if (now - int(hours) * 60 - int(minutes)) % 1440 > FRESH_MINUTES:
-            return
-        yield ticker, headline
+        yield (now - int(hours) * 60 - int(minutes)) % 1440, ticker, headline
 
 
 def latest_fresh_headline(prompt: DecisionPrompt) -> tuple[str, str] | None:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from babylon_rl.evaluate.rules import CLOCK, FRESH_MINUTES, NEWS_LINE, fresh_headlines
+from babylon_rl.evaluate.rules import FRESH_MINUTES, fresh_headlines, latest_headline_age
 
 if TYPE_CHECKING:
     from babylon_rl.train.decisions import Task
@@ -196,13 +196,8 @@ def _up(task: "Task", ticker: str) -> bool | None:
 
 
 def headline_age(task: "Task") -> int:
-    """Minutes from the task's latest fresh headline to its decision (0 without one)."""
-    text = task.request.messages[-1]["content"]
-    clock, lines = CLOCK.search(text), NEWS_LINE.findall(text)
-    if not clock or not lines:
-        return 0
-    hours, minutes = lines[-1][0], lines[-1][1]
-    return (int(clock.group(1)) * 60 + int(clock.group(2)) - int(hours) * 60 - int(minutes)) % 1440
+    """Minutes from the task's latest headline to its decision (0 without one)."""
+    return latest_headline_age(task.request)
 
 
 def company_names(tasks: list["Task"]) -> dict[str, list[str]]:
