@@ -555,13 +555,28 @@ def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_an
     task = _menu_task("ACME: Acme Corp beats earnings expectations")
     mapping = {"ACME": "CRUX", "BOLT": "ACME", "CRUX": "BOLT"}
 
-    shown = renamed(task.request, mapping).messages[-1]["content"]
+    shown = renamed(task.request, mapping, {"ACME": ["Acme Corp"], "CRUX": ["Crux Biotech"]}).messages[-1]["content"]
     assert "CRUX: Crux Biotech beats earnings expectations" in shown and "CRUX 223 +0.1%" in shown and "ACME 51 -0.4%" in shown
     # the price lines in the new names' order, so the first line is not always the same stock's
     assert [line.split()[0] for line in shown.splitlines()[1:4]] == ["ACME", "BOLT", "CRUX"]
     answers = menu(task, 50)
     assert json.loads(shown_answer(answers[1], mapping, "action-first"))["ticker"] == mapping[json.loads(answers[1])["ticker"]]
     assert all(json.loads(a).get("shares", 50) == 50 for a in answers)
+
+
+def test_a_renaming_swaps_the_company_names_the_headlines_spell_not_the_simulators():
+    """The game's companies are not the simulator's: their names are learned from the headlines (credit.company_names),
+    so a renamed prompt never keeps the real stock's name beside its new ticker."""
+    from babylon_rl.train.cached import renamed
+    from babylon_rl.train.credit import company_names
+
+    tasks = [_menu_task(news) for news in ("ACME: Zephyr Mills beats earnings expectations", "ACME: Zephyr Mills cuts jobs",
+                                           "CRUX: Quill Labs wins approval", "CRUX: Quill Labs misses", "BOLT: Harbor Rail expands",
+                                           "BOLT: Harbor Rail recalls trains")]
+    names = company_names(tasks)
+    assert names == {"ACME": ["Zephyr Mills"], "CRUX": ["Quill Labs"], "BOLT": ["Harbor Rail"]}
+    shown = renamed(tasks[0].request, {"ACME": "BOLT", "BOLT": "CRUX", "CRUX": "ACME"}, names).messages[-1]["content"]
+    assert "BOLT: Harbor Rail beats earnings expectations" in shown and "Zephyr" not in shown
 
 
 def test_ticker_first_answers_choose_hold_or_trade_then_the_stock_then_the_direction(smollm2: Path):

@@ -49,8 +49,8 @@ import numpy as np
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.menu import valid_menu
 from babylon_rl.evaluate.prompts import ANSWER_PREFIX, TICKER, DecisionPrompt
-from babylon_rl.simulate.market import COMPANY_NAMES
 from babylon_rl.train import memory
+from babylon_rl.train.credit import company_names
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack, shared_prefix
 from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE, Task, longest_prompts
 from babylon_rl.train.menu_losses import HOLD_INDEX, LOSSES, MenuBatch, counterfactual, imitate, margins
@@ -121,10 +121,12 @@ def next_look(tasks: list[Task]) -> list[Task]:
     return out
 
 
-def renamed(request: DecisionPrompt, mapping: dict[str, str]) -> DecisionPrompt:
-    """The prompt with every ticker (and its simulator company name) replaced by `mapping`'s, all at once, and the price
-    lines sorted by their new names as the game sorts them: in the old order, the first line would still be ACME's."""
-    words = dict(mapping) | {COMPANY_NAMES[a]: COMPANY_NAMES[b] for a, b in mapping.items() if a in COMPANY_NAMES and b in COMPANY_NAMES}
+def renamed(request: DecisionPrompt, mapping: dict[str, str], names: dict[str, list[str]]) -> DecisionPrompt:
+    """The prompt with every ticker and its company's name replaced by `mapping`'s, all at once, and the price lines
+    sorted by their new names as the game sorts them: in the old order, the first line would still be ACME's. `names`:
+    each ticker's names as its headlines spell them (`credit.company_names`, learned from the decisions, never the
+    simulator's table); each spelling of a stock's name becomes its new stock's first."""
+    words = dict(mapping) | {spelling: names[b][0] for a, b in mapping.items() for spelling in names.get(a, ()) if names.get(b)}
     pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")\b")
     messages = [m | {"content": _sorted_price_lines(pattern.sub(lambda match: words[match.group(1)], str(m["content"])))}
                 for m in request.messages]
@@ -175,8 +177,11 @@ def answer_prefix(answer_order: str) -> str:
     return TICKER_FIRST_PREFIX if answer_order == "ticker-first" else ANSWER_PREFIX
 
 
-def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int, rng: np.random.Generator) -> list[MenuItem]:
-    """Each task priced on its menu; `variants` renamed copies each (0: the task under its real names, once)."""
+def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int, rng: np.random.Generator,
+               names: dict[str, list[str]] | None = None) -> list[MenuItem]:
+    """Each task priced on its menu; `variants` renamed copies each (0: the task under its real names, once). `names`:
+    the company names a renaming swaps (default: learned from `tasks`' headlines)."""
+    names = company_names(tasks) if names is None and variants else names
     items = []
     for task in tasks:
         answers = menu(task, options.shares)
@@ -188,7 +193,7 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
         tickers = sorted(task.truth.stocks)
         for _ in range(max(variants, 1)):
             mapping = dict(zip(tickers, rng.permutation(tickers))) if variants else {}
-            request = renamed(task.request, mapping) if mapping else task.request
+            request = renamed(task.request, mapping, names) if mapping else task.request
             shown = [shown_answer(a, mapping, options.answer_order) for a in answers]
             packed = pack(tokenizer, request, shown, answer_prefix(options.answer_order))
             items.append(MenuItem(task, answers, shown, packed, rewards, correct, index, paid))
@@ -484,6 +489,7 @@ class MenuTrainer(Checkpoints):
                          "lower --variants (renamed copies whose states are kept) or use a dataset with fewer decisions")
         memory.bound_allocator(memory.MENU_MMAP_THRESHOLD)
         self._items: dict[int, list[MenuItem]] = {}  # id(task) -> its items, states computed once
+        self.names = company_names([*tasks, *validation])  # what a renaming swaps: the names the headlines spell
         self._disk = StatesOnDisk(states_dir, options.device) if states_dir else None
         self._rng = np.random.default_rng(options.seed)
         torch.manual_seed(options.seed)
@@ -609,7 +615,7 @@ class MenuTrainer(Checkpoints):
         """The tasks' items (made, and their frozen states computed, on first sight), in task order."""
         new = [t for t in tasks if id(t) not in self._items]
         for task in new:
-            self._items[id(task)] = make_items(self.tokenizer, [task], self.options, variants, self._rng)
+            self._items[id(task)] = make_items(self.tokenizer, [task], self.options, variants, self._rng, self.names)
         made = [i for t in new for i in self._items[id(t)]]
         fill_states(self.split, self._states_key, made, self.options.cache_batch, self.options.device, self._disk)
         return [item for t in tasks for item in self._items[id(t)]]
