@@ -502,7 +502,8 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
     RUN@best, RUN@merged, or `promoted` (the model improve promoted). Adapters share their base,
     which is served too. A game action request is answered from the compact prompt the model was
     trained on; any other request is served as it is (the response's `babylon.prompt` says which).
-    SIGTERM or Ctrl-C finishes the requests in flight, then exits.
+    `stream: true` answers server-sent events; a field it cannot honour (tools, logprobs, json_schema,
+    an unknown field) is a 400 naming it. SIGTERM or Ctrl-C finishes the requests in flight, then exits.
     \b
     Examples:
       python cli.py serve

@@ -7,8 +7,13 @@ each group on one worker thread: a chat through `babylon_rl.policy.sample_answer
 through the one decision path (`babylon_rl.evaluate.decide`: an entry of its valid menu). While the model
 runs, new requests queue up, and form the next batch.
 
-Greedy requests share a batch whatever their seed. A sampled request with a seed is a group of
-its own, its generator seeded with it, so the same seed gives the same answers.
+A request's seed seeds a generator of its own (`torch.Generator`), and every token of its answers is
+drawn from it alone (sampling row by row), so the same request with the same seed gets the same
+answers alone or batched with any others; seeds do not split a batch.
+
+A streaming request (`Job.on_text`) gets a chat answer's text as its tokens come, step by step
+(`prompting.streamable`: the part no later token can change); a game decision is chosen from its
+menu in one pass, so it comes whole when chosen.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish
+from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish, streamable
 from babylon_rl.serve.registry import Loaded
 
 
@@ -32,9 +38,10 @@ class Sampling:
     max_tokens: int
 
     def key(self) -> tuple:
+        """What requests must share to share a pass (not the seed: each request draws from its own generator)."""
         if self.temperature == 0:
-            return (0.0, 1.0, self.n, None)
-        return (self.temperature, self.top_p, self.n, self.seed)
+            return (0.0, 1.0, self.n)
+        return (self.temperature, self.top_p, self.n)
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Job:
     stops: list[str]
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
+    on_text: Callable[[int, str], None] | None = None  # streaming: (choice index, new text), called from the model's thread
 
     def key(self) -> tuple:
         return (self.loaded.served.id, self.prepared.mode, self.sampling.key())
@@ -128,12 +136,13 @@ def run_group(jobs: list[Job]) -> list[list[Choice]]:
     tokenizer = loaded.tokenizer
     device = str(next(loaded.model.parameters()).device)
     batch = pad_prompts(tokenizer, [job.ids for job in jobs], device)
-    generator = torch.Generator(device).manual_seed(sampling.seed) if sampling.seed is not None and sampling.temperature else None
+    generators = [g for job in jobs for g in [_generator(job, device)] * sampling.n]  # a request's n rows share its own
+    per_row = generators if any(g is not None for g in generators) else None
     stops = torch.tensor([tokenizer.eos_token_id]) if first.prepared.mode == CHAT else None
     longest = max(job.sampling.max_tokens for job in jobs)
     with torch.no_grad(), _active(loaded) as model:
-        tokens, mask = sample_answers(model, tokenizer, batch, sampling.n, longest, sampling.temperature, generator,
-                                      sampling.top_p, stops)
+        tokens, mask = sample_answers(model, tokenizer, batch, sampling.n, longest, sampling.temperature, per_row,
+                                      sampling.top_p, stops, _on_step(jobs, tokenizer))
     stop_ids = set((stops if stops is not None else _stop_ids(tokenizer)).tolist())
     results = []
     for index, job in enumerate(jobs):
@@ -149,11 +158,54 @@ def run_decisions(jobs: list[Job]) -> list[list[Choice]]:
 
     first = jobs[0]
     sampling = first.sampling
-    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None and sampling.temperature else None
     with torch.no_grad(), _active(first.loaded) as model:
         decided = _decider(first.loaded, model).decide([job.prepared.decision for job in jobs], sampling.temperature,
-                                                       sampling.n, generator)
+                                                       sampling.n, [_generator(job, "cpu") for job in jobs])
     return [[_menu_choice(job, d.answer) for d in choices] for job, choices in zip(jobs, decided)]
+
+
+def _generator(job: Job, device: str):
+    """The request's own generator, seeded with its seed; None when unseeded or greedy (torch's own then)."""
+    import torch
+
+    if job.sampling.seed is None or not job.sampling.temperature:
+        return None
+    return torch.Generator(device).manual_seed(job.sampling.seed)
+
+
+def _on_step(jobs: list[Job], tokenizer) -> Callable | None:
+    """`sample_answers`' step hook sending each streaming job's new text on; None when no job streams."""
+    streams = [_Stream(job, tokenizer, index * job.sampling.n) for index, job in enumerate(jobs) if job.on_text]
+    if not streams:
+        return None
+
+    def step(token, live) -> None:
+        token, live = token.tolist(), live.tolist()
+        for stream in streams:
+            stream.step(token, live)
+
+    return step
+
+
+class _Stream:
+    """A streaming job's answers as they grow: the tokens of its rows kept, and the text no later token can change
+    sent on as it grows (`prompting.streamable`); what is held back comes with the finished answer."""
+
+    def __init__(self, job: Job, tokenizer, first_row: int) -> None:
+        self.job, self.tokenizer, self.first_row = job, tokenizer, first_row
+        self.ids: list[list[int]] = [[] for _ in range(job.sampling.n)]
+        self.sent = [0] * job.sampling.n
+
+    def step(self, token: list[int], live: list[bool]) -> None:
+        for index, ids in enumerate(self.ids):
+            row = self.first_row + index
+            if not live[row] or len(ids) >= self.job.sampling.max_tokens:
+                continue
+            ids.append(token[row])
+            text = streamable(self.job.prepared, self.tokenizer.decode(ids, skip_special_tokens=True), self.job.stops)
+            if len(text) > self.sent[index]:
+                self.job.on_text(index, text[self.sent[index]:])
+                self.sent[index] = len(text)
 
 
 _DECIDERS: dict[tuple, object] = {}  # (model object, top blocks, menu size) -> Decider: one frozen-block copy per base
