@@ -83,7 +83,8 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
     `top_p` < 1 samples from the smallest set of tokens holding that much probability;
     `generator`: a torch.Generator for every row, or a list of one per row (None: torch's own), so that a row's draws
     depend on its generator alone, whatever else is in the batch; `on_step(token, live)`: called after each step with
-    its tokens [B*k] and the rows still answering then (a streaming server sends them on)."""
+    its tokens [B*k] and the rows still answering then (a streaming server sends them on); it may return a bool tensor
+    [B*k] of rows to end now (a server ends the answers nobody waits for any more), else None."""
     import torch
 
     stops = (stop_tokens(tokenizer) if stops is None else stops).to(batch.ids.device)
@@ -101,9 +102,8 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
             token = torch.where(done, torch.full_like(token, tokenizer.pad_token_id), token)
             tokens.append(token)
             masks.append(~done)
-            if on_step is not None:
-                on_step(token, ~done)
-            done = done | torch.isin(token, stops)
+            ended = on_step(token, ~done) if on_step is not None else None
+            done = done | torch.isin(token, stops) | (ended if ended is not None else done)
             if bool(done.all()) or step == max_new_tokens - 1:
                 break
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)

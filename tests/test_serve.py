@@ -401,3 +401,122 @@ def test_arena_between_the_served_model_and_the_same_checkpoint_played_here_is_a
     assert served["actions"] == local["actions"] and served["mean_window_pnl"] == local["mean_window_pnl"]
     refused = arena()
     assert refused.exit_code == 2 and "--base-url" in refused.output and len(refused.output.strip().splitlines()) == 1
+
+
+# -- bounded work ------------------------------------------------------------------------------
+LONG = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Count from one to five hundred in words, separated "
+                                                                           "by commas."}], "temperature": 0, "max_tokens": 400}
+
+
+@pytest.fixture(scope="module")
+def bounded(smollm2_run_home):
+    """A server answering one request at a time, 4 seconds a request, batches of at most 2,000 tokens."""
+    process = ServeProcess(smollm2_run_home, "smollm2-135m", "--max-batch", "1", "--batch-wait-ms", "0",
+                           "--max-batch-tokens", "2000", "--request-timeout", "4")
+    process.wait_ready()
+    yield process
+    process.stop()
+
+
+def _work(server: ServeProcess) -> dict:
+    return httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=10).json()["work"]
+
+
+def _work_after(server: ServeProcess, before: dict, batches: int) -> dict:
+    """What the model did once `batches` more batches ended (the last stopped at its next token)."""
+    deadline = time.monotonic() + 60
+    while (work := _work(server))["batches"] < before["batches"] + batches and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {key: work[key] - before[key] for key in work}
+
+
+def test_a_vanished_clients_queued_request_never_runs_and_a_running_one_stops_at_the_next_token(bounded):
+    """A long answer holds the model; a second request waits behind it and its client hangs up, then the first's client
+    hangs up too: the second never reaches the model, the first stops well before its max_tokens."""
+    url, before = f"{bounded.base_url}/chat/completions", _work(bounded)
+
+    def ask(body: dict, wait: float) -> None:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=body, timeout=httpx.Timeout(10, read=wait))
+
+    with ThreadPoolExecutor(1) as pool:
+        holder = pool.submit(ask, LONG, 2.5)
+        time.sleep(0.7)
+        ask({**LONG, "messages": CHAT, "max_tokens": 40}, 0.8)
+        holder.result()
+    done = _work_after(bounded, before, 1)
+    assert done["requests"] == 1 and done["dropped"] == 1 and done["stopped"] == 1
+    assert 0 < done["tokens"] < LONG["max_tokens"]
+    assert "dropped 1 queued request(s) before their turn" in bounded.output()
+
+
+def test_a_stream_whose_client_hangs_up_stops_at_the_next_token(bounded):
+    before = _work(bounded)
+    with httpx.stream("POST", f"{bounded.base_url}/chat/completions", json={**LONG, "stream": True}, timeout=30) as response:
+        chunks = []
+        for line in response.iter_lines():
+            chunks += [line] if line.startswith("data: ") else []
+            if len(chunks) == 4:
+                break
+    done = _work_after(bounded, before, 1)
+    assert done["requests"] == done["stopped"] == 1 and 0 < done["tokens"] < LONG["max_tokens"]
+
+
+def test_a_request_past_its_time_gets_504_and_its_work_stops(bounded):
+    before, started = _work(bounded), time.monotonic()
+    late = httpx.post(f"{bounded.base_url}/chat/completions", json=LONG, timeout=60)
+    assert late.status_code == 504 and time.monotonic() - started < 30
+    error = _error(late)
+    assert error["code"] == "request_timeout" and error["type"] == "server_error" and "--request-timeout" in error["message"]
+    done = _work_after(bounded, before, 1)
+    assert done["stopped"] == 1 and done["tokens"] < LONG["max_tokens"]
+    with httpx.stream("POST", f"{bounded.base_url}/chat/completions", json={**LONG, "stream": True}, timeout=60) as response:
+        events = _sse(response)
+    assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "request_timeout"  # a stream: an error event
+    assert all(c["choices"][0]["finish_reason"] is None for c in events[:-2])  # cut short, not finished
+
+
+@pytest.mark.parametrize(("asked", "param"), [({"n": 8, "max_tokens": 300}, "n"),
+                                              ({"messages": [{"role": "user", "content": "ACME " * 900}], "max_tokens": 300}, "max_tokens"),
+                                              ({"messages": [{"role": "user", "content": "ACME " * 1000}]}, "messages")])
+def test_a_request_over_the_batch_token_budget_is_a_400_naming_what_to_lower(bounded, asked, param):
+    before = _work(bounded)
+    response = httpx.post(f"{bounded.base_url}/chat/completions", json={**LONG, "max_tokens": 128, **asked}, timeout=60)
+    error = _error(response)
+    assert response.status_code == 400 and error["param"] == param and error["code"] == "batch_tokens_exceeded"
+    assert "--max-batch-tokens" in error["message"] and len(error["message"].splitlines()) == 1
+    assert _work(bounded)["requests"] == before["requests"]
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_and_the_server_goes_on(bounded):
+    """No Content-Length: the bytes are counted as they arrive."""
+    def body():
+        for _ in range(41):
+            yield b" " * 100_000
+
+    huge = httpx.post(f"{bounded.base_url}/chat/completions", content=body(), headers={"content-type": "application/json"},
+                      timeout=60)
+    assert huge.status_code == 413 and _error(huge)["code"] == "request_too_large"
+    assert httpx.get(f"http://127.0.0.1:{bounded.port}/health").status_code == 200
+
+
+def test_the_batcher_never_forms_a_batch_over_its_token_budget():
+    """Rows x (the longest prompt + the largest max_tokens), padded as the batch runs: what does not fit waits its turn."""
+    import asyncio
+
+    from babylon_rl.serve.engine import Batcher, Job, Sampling, batch_tokens
+
+    async def batches() -> list[list[int]]:
+        batcher = Batcher(8, 0.01, 64, max_tokens=1000)
+        loop = asyncio.get_running_loop()
+        sizes = [(200, 1), (200, 1), (200, 1), (200, 1), (450, 1), (100, 2)]  # (prompt tokens, n); max_tokens 100 each
+        jobs = [Job(None, None, [0] * prompt, Sampling(1.0, 1.0, n, None, 100), [], loop.create_future())
+                for prompt, n in sizes]
+        for job in jobs:
+            batcher.submit(job)
+        jobs[1].cancel()  # its client went away while it waited
+        formed = [await batcher._collect() for _ in range(3)]
+        assert all(batch_tokens(batch) <= 1000 for batch in formed) and batcher.work.dropped == 1
+        return [[jobs.index(job) for job in batch] for batch in formed]
+
+    assert asyncio.run(batches()) == [[0, 2, 3], [4], [5]]  # 3 x 300; 550, and 3 rows x 550 would not fit; 2 rows x 200

@@ -6,6 +6,7 @@
 - `engine`: the bounded queue and the dynamic batcher that runs the one decoding path (`babylon_rl.policy`);
 - `request`: the request as pydantic checks it, and the fields refused (a 400 naming them, never a silent drop);
 - `streaming`: `stream: true` as server-sent events;
+- `bounds`: the body counted as it arrives, a request's client and deadline watched while it waits;
 - `api`: the HTTP boundary (FastAPI on uvicorn): OpenAI-shaped answers and errors, the key.
 """
 

@@ -4,7 +4,9 @@ One `chat.completion.chunk` id for the whole answer: first a role delta per choi
 (`{"role": "assistant", "content": ""}`), then content deltas as the engine sends text on (a chat answer
 token by token; a game decision whole, once chosen from its menu), then per choice an empty delta with
 its `finish_reason`; with `stream_options.include_usage` a last chunk with `usage` and no choices; then
-`data: [DONE]`. A failure after the first byte is an `{"error": ...}` event in OpenAI's shape, then `[DONE]`.
+`data: [DONE]`. A failure after the first byte is an `{"error": ...}` event in OpenAI's shape, then `[DONE]`;
+so is a deadline that passes mid-stream (`Ending`), and the job's work stops. A client that hangs up mid-stream
+closes the stream (Starlette watches for it), and the job's work stops at the next token.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
+from babylon_rl.serve.bounds import TimedOut, next_before
 from babylon_rl.serve.engine import Choice, Job
 
 log = logging.getLogger("uvicorn.error")
@@ -51,12 +55,36 @@ class Chunks:
         return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-async def events(job: Job, queue: asyncio.Queue, chunks: Chunks, prompt_tokens: int) -> AsyncIterator[str]:
-    """The whole stream of one job: role deltas, text as it comes, the rest of each answer, finish, usage, [DONE]."""
+@dataclass(frozen=True)
+class Ending:
+    """When a stream must end (loop time; None: never), and the error event it ends with then."""
+
+    deadline: float | None = None
+    error: dict | None = None
+
+
+async def events(job: Job, queue: asyncio.Queue, chunks: Chunks, prompt_tokens: int,
+                 ending: Ending = Ending()) -> AsyncIterator[str]:
+    """The whole stream of one job: role deltas, text as it comes, the rest of each answer, finish, usage, [DONE]. Left
+    before its end (the client gone: the generator closed; or the deadline passed), the job's work is cancelled."""
+    try:
+        async for event in _events(job, queue, chunks, prompt_tokens, ending.deadline):
+            yield event
+    except TimedOut:
+        job.cancel()
+        yield Chunks._event({"error": ending.error})
+        yield "data: [DONE]\n\n"
+    finally:
+        if not job.future.done():
+            job.cancel()
+
+
+async def _events(job: Job, queue: asyncio.Queue, chunks: Chunks, prompt_tokens: int,
+                  deadline: float | None) -> AsyncIterator[str]:
     sent = [""] * job.sampling.n
     for index in range(job.sampling.n):
         yield chunks.delta(index, {"role": "assistant", "content": ""})
-    while (item := await queue.get()) is not DONE:
+    while (item := await next_before(queue, deadline)) is not DONE:
         index, text = item
         sent[index] += text
         yield chunks.delta(index, {"content": text})
