@@ -461,21 +461,25 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
               help="hf: merged safetensors + tokenizer + chat template (transformers, vLLM); adapter: the PEFT adapter "
                    "(vLLM --lora-modules).")
 @click.option("--to", "to", type=click.Path(path_type=Path), help="Directory to write (default HOME/exports/models/RUN@STEP-FORMAT).")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32"]),
+              help="The weights' dtype. Default: the dtype the base was published in (bfloat16 for SmolLM2), else float32.")
 @click.pass_obj
 @error_handler
-def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None) -> None:
+def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None, dtype: str | None) -> None:
     """Export a run's checkpoint for a standard server, with a model card (README.md).
 
     \b
     RUN is its latest checkpoint; RUN@STEP, RUN@best (--keep-best's choice) and RUN@merged name one.
+    The base is named by its hub id (HuggingFaceTB/SmolLM2-135M-Instruct), never a local path; the card
+    has YAML metadata and the exact prompt recipe for vLLM and llama.cpp.
     With --database-url, the export's path is recorded in model_exports beside its trained_models row.
     \b
     Examples:
       python cli.py model export demo-torch --format hf
       python cli.py model export demo-torch@4 --format adapter --to /srv/adapters/demo
-      vllm serve /srv/base --enable-lora --lora-modules demo=/srv/adapters/demo
+      vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --enable-lora --lora-modules demo=/srv/adapters/demo
     """
-    obj.model_export(model_name, fmt, to)
+    obj.model_export(model_name, fmt, to, dtype)
 
 
 @cli.command()
