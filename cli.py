@@ -461,21 +461,25 @@ def model_init_tiny(obj: BabylonContext, dataset: str, name: str, hidden: int, l
               help="hf: merged safetensors + tokenizer + chat template (transformers, vLLM); adapter: the PEFT adapter "
                    "(vLLM --lora-modules).")
 @click.option("--to", "to", type=click.Path(path_type=Path), help="Directory to write (default HOME/exports/models/RUN@STEP-FORMAT).")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float16", "float32"]),
+              help="The weights' dtype. Default: the dtype the base was published in (bfloat16 for SmolLM2), else float32.")
 @click.pass_obj
 @error_handler
-def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None) -> None:
+def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None, dtype: str | None) -> None:
     """Export a run's checkpoint for a standard server, with a model card (README.md).
 
     \b
     RUN is its latest checkpoint; RUN@STEP, RUN@best (--keep-best's choice) and RUN@merged name one.
+    The base is named by its hub id (HuggingFaceTB/SmolLM2-135M-Instruct), never a local path; the card
+    has YAML metadata and the exact prompt recipe for vLLM and llama.cpp.
     With --database-url, the export's path is recorded in model_exports beside its trained_models row.
     \b
     Examples:
       python cli.py model export demo-torch --format hf
       python cli.py model export demo-torch@4 --format adapter --to /srv/adapters/demo
-      vllm serve /srv/base --enable-lora --lora-modules demo=/srv/adapters/demo
+      vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --enable-lora --lora-modules demo=/srv/adapters/demo
     """
-    obj.model_export(model_name, fmt, to)
+    obj.model_export(model_name, fmt, to, dtype)
 
 
 @cli.command()
@@ -490,11 +494,17 @@ def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None
 @click.option("--max-queue", type=click.IntRange(1), default=64, show_default=True,
               help="Requests that may wait; past it the server answers 429 with Retry-After.")
 @click.option("--max-tokens", type=click.IntRange(1), default=512, show_default=True, help="The most tokens a request may ask for.")
+@click.option("--max-batch-tokens", type=click.IntRange(1), default=32_768, show_default=True,
+              help="A batch's budget: its rows (each request's n) x (the longest prompt + the largest max_tokens); a request "
+                   "over it alone is a 400. The default keeps SmolLM2-135M's KV cache under ~1.5 GB.")
+@click.option("--request-timeout", type=click.FloatRange(0), default=300.0, show_default=True, metavar="SECONDS",
+              help="A request not answered in time gets 504 and its work stops (a stream: an error event); 0: no limit.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.pass_obj
 @error_handler
 def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, api_key: str | None, max_batch: int,
-          batch_wait_ms: float, max_queue: int, max_tokens: int, device: str) -> None:
+          batch_wait_ms: float, max_queue: int, max_tokens: int, max_batch_tokens: int, request_timeout: float,
+          device: str) -> None:
     """Serve models on an OpenAI-compatible endpoint: POST /v1/chat/completions, GET /v1/models, GET /health.
 
     \b
@@ -502,7 +512,9 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
     RUN@best, RUN@merged, or `promoted` (the model improve promoted). Adapters share their base,
     which is served too. A game action request is answered from the compact prompt the model was
     trained on; any other request is served as it is (the response's `babylon.prompt` says which).
-    SIGTERM or Ctrl-C finishes the requests in flight, then exits.
+    `stream: true` answers server-sent events; a field it cannot honour (tools, logprobs, json_schema,
+    an unknown field) is a 400 naming it. A client that hangs up, or a request past --request-timeout
+    (504), has its work stopped. SIGTERM or Ctrl-C finishes the requests in flight, then exits.
     \b
     Examples:
       python cli.py serve
@@ -515,7 +527,8 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
         raise ConfigError(f"serve needs the serve extra ({exc.name} is missing): pip install -e '.[serve]'") from None
 
     options = ServeOptions(host=host, port=port, api_key=api_key or None, device=device, max_batch=max_batch,
-                           batch_wait_ms=batch_wait_ms, max_queue=max_queue, max_tokens=max_tokens)
+                           batch_wait_ms=batch_wait_ms, max_queue=max_queue, max_tokens=max_tokens,
+                           max_batch_tokens=max_batch_tokens, request_timeout=request_timeout or None)
     sys.exit(obj.serve(list(models) or ["smollm2-135m"], options))
 
 

@@ -377,7 +377,9 @@ class TerminalConsole(Console):
             table.add_row(served.id + "".join(f" ({a})" for a in served.aliases), served.parent or "", str(served.ref.path))
         self.print(table)
         key = "required (Authorization: Bearer KEY)" if options.api_key else "none"
-        self.print(f"serving {url} (batches of up to {options.max_batch}, queue {options.max_queue}, API key: {key}); "
+        timeout = f"{options.request_timeout:g} s" if options.request_timeout else "none"
+        self.print(f"serving {url} (batches of up to {options.max_batch} requests and {options.max_batch_tokens:,} tokens, "
+                   f"queue {options.max_queue}, timeout {timeout}, API key: {key}); "
                    "GET /health answers 200 once the weights are loaded", markup=False)
 
     def exported(self, result) -> None:

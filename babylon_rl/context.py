@@ -348,11 +348,11 @@ class BabylonContext:
         self.console.trained(result, config.on_decisions)
         return result
 
-    def model_export(self, model: str, fmt: str, to: Path | None = None):
+    def model_export(self, model: str, fmt: str, to: Path | None = None, dtype: str | None = None):
         from babylon_rl.train.export import export_model
 
         with self.console.status(f"exporting {model} as {fmt}"):
-            result = export_model(self.home, model, fmt, to, self.database_url)
+            result = export_model(self.home, model, fmt, to, self.database_url, dtype)
         self.console.exported(result)
         return result
 

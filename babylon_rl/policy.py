@@ -76,11 +76,15 @@ def stop_tokens(tokenizer):
 
 
 def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens: int, temperature: float, generator=None,
-                   top_p: float = 1.0, stops=None):
+                   top_p: float = 1.0, stops=None, on_step=None):
     """k answers per prompt: token ids and mask [B*k, A], the stop token included; temperature 0 = greedy.
 
     `stops`: the token ids that end an answer (default `stop_tokens`: EOS and the `STOP_TEXT` tokens);
-    `top_p` < 1 samples from the smallest set of tokens holding that much probability."""
+    `top_p` < 1 samples from the smallest set of tokens holding that much probability;
+    `generator`: a torch.Generator for every row, or a list of one per row (None: torch's own), so that a row's draws
+    depend on its generator alone, whatever else is in the batch; `on_step(token, live)`: called after each step with
+    its tokens [B*k] and the rows still answering then (a streaming server sends them on); it may return a bool tensor
+    [B*k] of rows to end now (a server ends the answers nobody waits for any more), else None."""
     import torch
 
     stops = (stop_tokens(tokenizer) if stops is None else stops).to(batch.ids.device)
@@ -92,14 +96,14 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
         tokens, masks = [], []
         for step in range(max_new_tokens):
             if temperature > 0:
-                token = torch.multinomial(_nucleus(torch.softmax(logits.float() / temperature, -1), top_p), 1,
-                                          generator=generator).squeeze(1)
+                token = _draw(_nucleus(torch.softmax(logits.float() / temperature, -1), top_p), generator)
             else:
                 token = logits.argmax(-1)
             token = torch.where(done, torch.full_like(token, tokenizer.pad_token_id), token)
             tokens.append(token)
             masks.append(~done)
-            done = done | torch.isin(token, stops)
+            ended = on_step(token, ~done) if on_step is not None else None
+            done = done | torch.isin(token, stops) | (ended if ended is not None else done)
             if bool(done.all()) or step == max_new_tokens - 1:
                 break
             attention = torch.cat([attention, torch.ones_like(attention[:, :1])], 1)
@@ -107,6 +111,15 @@ def sample_answers(model, tokenizer, batch: PromptBatch, k: int, max_new_tokens:
             out = model(input_ids=token[:, None], attention_mask=attention, position_ids=position, cache=cache, use_cache=True)
             logits = out.logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(masks, 1).long()
+
+
+def _draw(probs, generator):
+    """One token per row of `probs`: all rows from one generator, or each row from its own (a list, one per row)."""
+    import torch
+
+    if not isinstance(generator, (list, tuple)):
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(generator)]).squeeze(1)
 
 
 def _nucleus(probs, top_p: float):

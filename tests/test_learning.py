@@ -139,6 +139,8 @@ def test_model_init_converts_the_shipped_weights_once(smollm2):
     assert config.num_hidden_layers == 30 and config.hidden_size == 576  # SmolLM2-135M, not a stand-in
     assert (smollm2 / "model.safetensors").stat().st_size > 400_000_000
     assert "quantization_config" not in json.loads((smollm2 / "config.json").read_text())
+    source = json.loads((smollm2 / "source.json").read_text())  # what an export names as its base: never this path
+    assert source["hub_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and source["dtype"] == "bfloat16"
     from babylon_rl.train.pretrained import init_default_model
 
     again = init_default_model(Home(smollm2.parent.parent))

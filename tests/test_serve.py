@@ -27,8 +27,10 @@ CHAT = [{"role": "user", "content": "Say hello in French."}]
 
 @pytest.fixture(scope="module")
 def server(smollm2_run_home):
-    """One server for the module: the base, the run's latest checkpoint (demo, served as demo@2) and demo@1."""
-    process = ServeProcess(smollm2_run_home, "smollm2-135m", "demo", "demo@1", "--max-batch", "8")
+    """One server for the module: the base (named by its absolute path: served by its name), the run's latest checkpoint
+    (demo, served as demo@2) and demo@1."""
+    base = str(smollm2_run_home / "models" / "smollm2-135m")
+    process = ServeProcess(smollm2_run_home, base, "demo", "demo@1", "--max-batch", "8")
     process.health_seen = process.wait_ready()
     yield process
     process.stop()
@@ -53,6 +55,20 @@ def test_health_is_503_while_loading_then_the_models_are_listed_with_their_paren
     assert models["demo@2"].model_dump()["parent"] == "smollm2-135m"
     assert models["demo@2"].model_dump()["aliases"] == ["demo"]
     assert models["smollm2-135m"].model_dump()["parent"] is None
+
+
+def test_without_a_key_models_and_health_show_names_never_paths(server, smollm2_run_home):
+    """The base was named by its absolute path: it is listed, and answers, by its directory's name; the path still
+    reaches it, but no answer shows where the files are."""
+    listed = httpx.get(f"{server.base_url}/models")
+    health = httpx.get(f"http://127.0.0.1:{server.port}/health")
+    for response in (listed, health):
+        assert response.status_code == 200 and str(smollm2_run_home) not in response.text and '"/' not in response.text
+    assert health.json()["models"] == ["smollm2-135m", "demo@2", "demo@1"]
+    assert {m["id"]: m["root"] for m in listed.json()["data"]}["smollm2-135m"] == "smollm2-135m"
+    by_path = httpx.post(f"{server.base_url}/chat/completions", timeout=120, json={
+        "model": str(smollm2_run_home / "models" / "smollm2-135m"), "messages": CHAT, "max_tokens": 2})
+    assert by_path.status_code == 200 and by_path.json()["model"] == "smollm2-135m"
 
 
 def test_a_game_request_gets_the_in_process_answer_with_the_games_market_ids(server, client, smollm2_run_home):
@@ -99,9 +115,8 @@ def test_stop_cuts_the_answer(client):
 
 
 def test_response_format_json(client):
-    schema = {"name": "action", "schema": {"type": "object", "properties": {"action": {"type": "string"}}}}
     decided = client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=0, max_tokens=32,
-                                             response_format={"type": "json_schema", "json_schema": schema})
+                                             response_format={"type": "json_object"})
     assert json.loads(decided.choices[0].message.content)["action"] == "buy"
     chat = client.chat.completions.with_raw_response.create(
         model="smollm2-135m", messages=[{"role": "user", "content": "Describe ACME stock as JSON."}], temperature=0,
@@ -111,12 +126,114 @@ def test_response_format_json(client):
 
 def test_a_request_that_is_no_game_observation_is_served_as_it_is(client):
     raw = client.chat.completions.with_raw_response.create(model="smollm2-135m", messages=CHAT, temperature=0, max_tokens=5,
-                                                           user="someone", extra_body={"unknown_field": 1})
+                                                           user="someone")
     reply = raw.parse()
     assert raw.headers["x-babylon-prompt"] == "chat"
     assert reply.model_dump()["babylon"]["reason"].startswith("the last user message has no price lines")
     assert not reply.choices[0].message.content.startswith('{"action"') and reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == 5
+
+
+def test_the_openai_sdk_streams_a_chat_answer_token_by_token(client):
+    """stream=True: a role delta, content deltas as the tokens come, the finish_reason, the usage, all one id."""
+    whole = client.chat.completions.create(model="smollm2-135m", messages=CHAT, temperature=0, max_tokens=12)
+    chunks = list(client.chat.completions.create(model="smollm2-135m", messages=CHAT, temperature=0, max_tokens=12,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert {c.object for c in chunks} == {"chat.completion.chunk"} and len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
+    texts = [c.choices[0].delta.content for c in chunks[1:] if c.choices and c.choices[0].delta.content]
+    assert len(texts) > 3  # token by token, not the whole answer at the end
+    assert "".join(texts) == whole.choices[0].message.content
+    finished = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finished == [whole.choices[0].finish_reason] == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+
+def test_a_streamed_game_action_is_the_whole_menu_entry_with_the_games_market_ids(client):
+    whole = client.chat.completions.create(model="demo", messages=GAME_REQUEST, temperature=0, max_tokens=32)
+    chunks = list(client.chat.completions.create(model="demo", messages=GAME_REQUEST, temperature=0, max_tokens=32,
+                                                 stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "stop" and all(c.usage is None for c in chunks)
+
+
+def _sse(response: httpx.Response) -> list:
+    """The `data:` payloads of a server-sent event stream, `[DONE]` as the string."""
+    lines = [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
+    return [line if line == "[DONE]" else json.loads(line) for line in lines]
+
+
+def test_a_raw_client_reads_server_sent_events_for_n_answers_and_a_stop(server):
+    body = {"model": "smollm2-135m", "messages": CHAT, "temperature": 1.0, "seed": 3, "n": 2, "max_tokens": 10, "stream": True,
+            "stream_options": {"include_usage": True}, "stop": ["."]}
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body, timeout=120) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        events = _sse(response)
+    assert events[-1] == "[DONE]" and events[-2]["choices"] == [] and events[-2]["usage"]["prompt_tokens"] > 0
+    chunks = events[:-2]
+    assert [c["choices"][0]["delta"] for c in chunks[:2]] == [{"role": "assistant", "content": ""}] * 2
+    for index in (0, 1):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
+        assert mine[-1]["finish_reason"] in ("stop", "length") and mine[-1]["delta"] == {}
+        assert "." not in "".join(c["delta"].get("content", "") for c in mine)
+    unary = httpx.post(f"{server.base_url}/chat/completions", json={**body, "stream": False, "stream_options": None},
+                       timeout=120).json()
+    streamed = ["".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"][0]["index"] == i)
+                for i in (0, 1)]
+    assert streamed == [c["message"]["content"] for c in unary["choices"]]  # the seed repeats the draws, streamed or not
+
+
+REFUSED = [  # what the server cannot honour, as the openai SDK sends it, and the param the 400 names
+    ({"tools": [{"type": "function", "function": {"name": "trade", "parameters": {"type": "object"}}}]}, "tools"),
+    ({"tool_choice": "auto"}, "tool_choice"),
+    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}},
+     "response_format"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"extra_body": {"best_of": 2}}, "best_of"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
+]
+
+
+@pytest.mark.parametrize(("fields", "param"), REFUSED, ids=[p for _, p in REFUSED])
+def test_a_field_the_server_cannot_honour_is_a_400_naming_it(client, fields, param):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="smollm2-135m", messages=CHAT, max_tokens=2, **fields)
+    error = refused.value.body
+    assert error["param"] == param and error["type"] == "invalid_request_error" and param in error["message"]
+    assert len(error["message"].splitlines()) == 1
+
+
+def test_fields_at_the_value_that_changes_nothing_are_accepted(client):
+    reply = client.chat.completions.create(model="smollm2-135m", messages=CHAT, max_tokens=2, tools=[], tool_choice="none",
+                                           logprobs=False, frequency_penalty=0, presence_penalty=0, parallel_tool_calls=False,
+                                           stop=["a", "b", "c", "d"], stream=False)
+    assert reply.choices[0].message.content
+
+
+def test_a_seed_gives_the_same_answer_alone_or_batched_with_others(server):
+    """The same seeded requests alone, then each twice at once with others of other seeds while a long answer holds the
+    model (so they queue up and share one batch): every copy answers as it did alone."""
+    url = f"{server.base_url}/chat/completions"
+    asks = [{"model": "smollm2-135m", "messages": CHAT, "temperature": 1.0, "seed": 11, "max_tokens": 12},
+            {"model": "smollm2-135m", "messages": GAME_REQUEST, "temperature": 1.5, "seed": 11, "n": 3, "max_tokens": 32}]
+    others = [{**asks[0], "seed": 12, "messages": [{"role": "user", "content": "Name three rivers."}]},
+              {**asks[0], "seed": None}, {**asks[1], "seed": 12}, {**asks[1], "seed": None}]
+
+    def answers(body: dict) -> list[str]:
+        response = httpx.post(url, json=body, timeout=180)
+        assert response.status_code == 200, response.text
+        return [c["message"]["content"] for c in response.json()["choices"]]
+
+    alone = [answers(body) for body in asks]
+    blocker = {"model": "smollm2-135m", "messages": CHAT, "temperature": 0, "max_tokens": 48}
+    with ThreadPoolExecutor(9) as pool:
+        pool.submit(answers, blocker)
+        time.sleep(0.5)
+        together = list(pool.map(answers, [asks[0], asks[1], *others, asks[0], asks[1]]))
+    assert together[0] == together[-2] == alone[0] and together[1] == together[-1] == alone[1]
 
 
 def _error(response: httpx.Response) -> dict:
@@ -258,7 +375,7 @@ def test_names_resolve_to_checkpoints_the_promoted_model_and_their_base(smollm2_
         assert set(served) == {"promoted", "demo@1", "smollm2-135m"}  # the adapters' base is served beside them
         assert served["promoted"].parent == served["demo@1"].parent == "smollm2-135m"
         assert served["demo@1"].aliases == ("demo@best",)
-        with pytest.raises(ConfigError, match="served twice"):
+        with pytest.raises(ConfigError, match="a name already served"):
             plan(home, ["demo@1", "demo@best"])
     finally:
         state.unlink()
@@ -284,3 +401,122 @@ def test_arena_between_the_served_model_and_the_same_checkpoint_played_here_is_a
     assert served["actions"] == local["actions"] and served["mean_window_pnl"] == local["mean_window_pnl"]
     refused = arena()
     assert refused.exit_code == 2 and "--base-url" in refused.output and len(refused.output.strip().splitlines()) == 1
+
+
+# -- bounded work ------------------------------------------------------------------------------
+LONG = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Count from one to five hundred in words, separated "
+                                                                           "by commas."}], "temperature": 0, "max_tokens": 400}
+
+
+@pytest.fixture(scope="module")
+def bounded(smollm2_run_home):
+    """A server answering one request at a time, 4 seconds a request, batches of at most 2,000 tokens."""
+    process = ServeProcess(smollm2_run_home, "smollm2-135m", "--max-batch", "1", "--batch-wait-ms", "0",
+                           "--max-batch-tokens", "2000", "--request-timeout", "4")
+    process.wait_ready()
+    yield process
+    process.stop()
+
+
+def _work(server: ServeProcess) -> dict:
+    return httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=10).json()["work"]
+
+
+def _work_after(server: ServeProcess, before: dict, batches: int) -> dict:
+    """What the model did once `batches` more batches ended (the last stopped at its next token)."""
+    deadline = time.monotonic() + 60
+    while (work := _work(server))["batches"] < before["batches"] + batches and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {key: work[key] - before[key] for key in work}
+
+
+def test_a_vanished_clients_queued_request_never_runs_and_a_running_one_stops_at_the_next_token(bounded):
+    """A long answer holds the model; a second request waits behind it and its client hangs up, then the first's client
+    hangs up too: the second never reaches the model, the first stops well before its max_tokens."""
+    url, before = f"{bounded.base_url}/chat/completions", _work(bounded)
+
+    def ask(body: dict, wait: float) -> None:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=body, timeout=httpx.Timeout(10, read=wait))
+
+    with ThreadPoolExecutor(1) as pool:
+        holder = pool.submit(ask, LONG, 2.5)
+        time.sleep(0.7)
+        ask({**LONG, "messages": CHAT, "max_tokens": 40}, 0.8)
+        holder.result()
+    done = _work_after(bounded, before, 1)
+    assert done["requests"] == 1 and done["dropped"] == 1 and done["stopped"] == 1
+    assert 0 < done["tokens"] < LONG["max_tokens"]
+    assert "dropped 1 queued request(s) before their turn" in bounded.output()
+
+
+def test_a_stream_whose_client_hangs_up_stops_at_the_next_token(bounded):
+    before = _work(bounded)
+    with httpx.stream("POST", f"{bounded.base_url}/chat/completions", json={**LONG, "stream": True}, timeout=30) as response:
+        chunks = []
+        for line in response.iter_lines():
+            chunks += [line] if line.startswith("data: ") else []
+            if len(chunks) == 4:
+                break
+    done = _work_after(bounded, before, 1)
+    assert done["requests"] == done["stopped"] == 1 and 0 < done["tokens"] < LONG["max_tokens"]
+
+
+def test_a_request_past_its_time_gets_504_and_its_work_stops(bounded):
+    before, started = _work(bounded), time.monotonic()
+    late = httpx.post(f"{bounded.base_url}/chat/completions", json=LONG, timeout=60)
+    assert late.status_code == 504 and time.monotonic() - started < 30
+    error = _error(late)
+    assert error["code"] == "request_timeout" and error["type"] == "server_error" and "--request-timeout" in error["message"]
+    done = _work_after(bounded, before, 1)
+    assert done["stopped"] == 1 and done["tokens"] < LONG["max_tokens"]
+    with httpx.stream("POST", f"{bounded.base_url}/chat/completions", json={**LONG, "stream": True}, timeout=60) as response:
+        events = _sse(response)
+    assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "request_timeout"  # a stream: an error event
+    assert all(c["choices"][0]["finish_reason"] is None for c in events[:-2])  # cut short, not finished
+
+
+@pytest.mark.parametrize(("asked", "param"), [({"n": 8, "max_tokens": 300}, "n"),
+                                              ({"messages": [{"role": "user", "content": "ACME " * 900}], "max_tokens": 300}, "max_tokens"),
+                                              ({"messages": [{"role": "user", "content": "ACME " * 1000}]}, "messages")])
+def test_a_request_over_the_batch_token_budget_is_a_400_naming_what_to_lower(bounded, asked, param):
+    before = _work(bounded)
+    response = httpx.post(f"{bounded.base_url}/chat/completions", json={**LONG, "max_tokens": 128, **asked}, timeout=60)
+    error = _error(response)
+    assert response.status_code == 400 and error["param"] == param and error["code"] == "batch_tokens_exceeded"
+    assert "--max-batch-tokens" in error["message"] and len(error["message"].splitlines()) == 1
+    assert _work(bounded)["requests"] == before["requests"]
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_and_the_server_goes_on(bounded):
+    """No Content-Length: the bytes are counted as they arrive."""
+    def body():
+        for _ in range(41):
+            yield b" " * 100_000
+
+    huge = httpx.post(f"{bounded.base_url}/chat/completions", content=body(), headers={"content-type": "application/json"},
+                      timeout=60)
+    assert huge.status_code == 413 and _error(huge)["code"] == "request_too_large"
+    assert httpx.get(f"http://127.0.0.1:{bounded.port}/health").status_code == 200
+
+
+def test_the_batcher_never_forms_a_batch_over_its_token_budget():
+    """Rows x (the longest prompt + the largest max_tokens), padded as the batch runs: what does not fit waits its turn."""
+    import asyncio
+
+    from babylon_rl.serve.engine import Batcher, Job, Sampling, batch_tokens
+
+    async def batches() -> list[list[int]]:
+        batcher = Batcher(8, 0.01, 64, max_tokens=1000)
+        loop = asyncio.get_running_loop()
+        sizes = [(200, 1), (200, 1), (200, 1), (200, 1), (450, 1), (100, 2)]  # (prompt tokens, n); max_tokens 100 each
+        jobs = [Job(None, None, [0] * prompt, Sampling(1.0, 1.0, n, None, 100), [], loop.create_future())
+                for prompt, n in sizes]
+        for job in jobs:
+            batcher.submit(job)
+        jobs[1].cancel()  # its client went away while it waited
+        formed = [await batcher._collect() for _ in range(3)]
+        assert all(batch_tokens(batch) <= 1000 for batch in formed) and batcher.work.dropped == 1
+        return [[jobs.index(job) for job in batch] for batch in formed]
+
+    assert asyncio.run(batches()) == [[0, 2, 3], [4], [5]]  # 3 x 300; 550, and 3 rows x 550 would not fit; 2 rows x 200

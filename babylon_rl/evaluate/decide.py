@@ -103,16 +103,18 @@ class Decider:
     def decide(self, prompts: Sequence[DecisionPrompt], temperature: float = 0.0, samples: int = 1,
                generator=None) -> list[list[Decided]]:
         """`samples` decisions for each prompt: the first-ranked entry at temperature 0, else drawn from the menu's
-        softmax at that temperature (with `generator`, a torch.Generator, for a seeded draw)."""
+        softmax at that temperature (with `generator`, a torch.Generator, for a seeded draw; or a list of one per prompt,
+        so that a prompt's draws depend on its own generator alone)."""
         import torch
 
         menus = self.menus(prompts)
         logps, prompt_tokens = self.logprobs(prompts, menus)
+        generators = generator if isinstance(generator, (list, tuple)) else [generator] * len(prompts)
         decided = []
-        for menu, logp, tokens in zip(menus, logps, prompt_tokens):
+        for menu, logp, tokens, drawn_by in zip(menus, logps, prompt_tokens, generators):
             if temperature > 0 and len(menu) > 1:
                 probs = torch.softmax(torch.tensor(logp) / temperature, 0)
-                picks = torch.multinomial(probs, samples, replacement=True, generator=generator).tolist()
+                picks = torch.multinomial(probs, samples, replacement=True, generator=drawn_by).tolist()
             else:
                 picks = [max(range(len(menu)), key=logp.__getitem__)] * samples
             decided.append([Decided(menu[k], tokens, self._answer_tokens(menu[k])) for k in picks])

@@ -4,6 +4,9 @@
   and loading them (adapters share one copy of their base);
 - `prompting`: a chat request turned into what the model was trained on (`decision_prompt`), or served as it is;
 - `engine`: the bounded queue and the dynamic batcher that runs the one decoding path (`babylon_rl.policy`);
-- `api`: the HTTP boundary (FastAPI on uvicorn): pydantic requests, OpenAI-shaped answers and errors, the key.
+- `request`: the request as pydantic checks it, and the fields refused (a 400 naming them, never a silent drop);
+- `streaming`: `stream: true` as server-sent events;
+- `bounds`: the body counted as it arrives, a request's client and deadline watched while it waits;
+- `api`: the HTTP boundary (FastAPI on uvicorn): OpenAI-shaped answers and errors, the key.
 """
 

@@ -7,20 +7,38 @@ each group on one worker thread: a chat through `babylon_rl.policy.sample_answer
 through the one decision path (`babylon_rl.evaluate.decide`: an entry of its valid menu). While the model
 runs, new requests queue up, and form the next batch.
 
-Greedy requests share a batch whatever their seed. A sampled request with a seed is a group of
-its own, its generator seeded with it, so the same seed gives the same answers.
+A request's seed seeds a generator of its own (`torch.Generator`), and every token of its answers is
+drawn from it alone (sampling row by row), so the same request with the same seed gets the same
+answers alone or batched with any others; seeds do not split a batch.
+
+A streaming request (`Job.on_text`) gets a chat answer's text as its tokens come, step by step
+(`prompting.streamable`: the part no later token can change); a game decision is chosen from its
+menu in one pass, so it comes whole when chosen.
+
+Work is bounded. A request nobody waits for any more (its client went away, or its time ran out:
+`Job.cancel`) is never run if it still waits, and its rows end at the next token if it runs; it
+frees its place in the queue at once. A batch holds at most `max_tokens` tokens, counted as the
+padded batch takes them: its rows (each request's `n`) x (the longest prompt + the largest
+`max_tokens`); a request that would not fit even alone is refused before it queues (`fits`).
+`Work` counts what the model did (`/health` shows it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish
+from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish, streamable
 from babylon_rl.serve.registry import Loaded
+
+log = logging.getLogger("uvicorn.error")
+DEFAULT_MAX_BATCH_TOKENS = 32_768  # KV cache of SmolLM2-135M in float32: 46 KB a token, so ~1.5 GB at most
 
 
 @dataclass(frozen=True)
@@ -32,9 +50,10 @@ class Sampling:
     max_tokens: int
 
     def key(self) -> tuple:
+        """What requests must share to share a pass (not the seed: each request draws from its own generator)."""
         if self.temperature == 0:
-            return (0.0, 1.0, self.n, None)
-        return (self.temperature, self.top_p, self.n, self.seed)
+            return (0.0, 1.0, self.n)
+        return (self.temperature, self.top_p, self.n)
 
 
 @dataclass
@@ -53,9 +72,41 @@ class Job:
     stops: list[str]
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
+    on_text: Callable[[int, str], None] | None = None  # streaming: (choice index, new text), called from the model's thread
+    started: asyncio.Future | None = None  # set once its group goes to the model
+    gone: threading.Event = field(default_factory=threading.Event)  # nobody waits for it: read by the model's thread
 
     def key(self) -> tuple:
         return (self.loaded.served.id, self.prepared.mode, self.sampling.key())
+
+    def tokens(self) -> int:
+        """What it takes of a batch's budget alone: n rows x (its prompt + max_tokens)."""
+        return self.sampling.n * (len(self.ids) + self.sampling.max_tokens)
+
+    def cancel(self) -> None:
+        """Nobody waits for its answer any more: never run if it still waits, its rows ended at the next token if it runs.
+        Call it on the event loop."""
+        self.gone.set()
+        if not self.future.done():
+            self.future.cancel()
+
+
+def batch_tokens(jobs: list[Job]) -> int:
+    """The tokens a batch of `jobs` takes, padded as it runs: its rows x (the longest prompt + the largest max_tokens)."""
+    rows = sum(job.sampling.n for job in jobs)
+    return rows * (max(len(job.ids) for job in jobs) + max(job.sampling.max_tokens for job in jobs))
+
+
+@dataclass
+class Work:
+    """What the model did: requests run, requests dropped before their turn, requests stopped while running, tokens
+    generated (counted from the model's thread; read as they are)."""
+
+    batches: int = 0
+    requests: int = 0
+    dropped: int = 0
+    stopped: int = 0
+    tokens: int = 0
 
 
 class QueueFull(Exception):
@@ -63,45 +114,87 @@ class QueueFull(Exception):
 
 
 class Batcher:
-    def __init__(self, max_batch: int, batch_wait: float, max_queue: int) -> None:
-        self.max_batch, self.batch_wait = max_batch, batch_wait
-        self.queue: asyncio.Queue[Job] = asyncio.Queue(max_queue)
+    def __init__(self, max_batch: int, batch_wait: float, max_queue: int,
+                 max_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> None:
+        self.max_batch, self.batch_wait, self.max_queue, self.max_tokens = max_batch, batch_wait, max_queue, max_tokens
+        self.waiting: deque[Job] = deque()
+        self.arrived = asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="babylon-model")
-        self.batches = 0
+        self.work = Work()
+
+    def fits(self, job: Job) -> bool:
+        return job.tokens() <= self.max_tokens
 
     def submit(self, job: Job) -> None:
-        try:
-            self.queue.put_nowait(job)
-        except asyncio.QueueFull:
-            raise QueueFull from None
+        self._drop_gone()
+        if len(self.waiting) >= self.max_queue:
+            raise QueueFull
+        self.waiting.append(job)
+        self.arrived.set()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = await self._collect(loop)
-            for group in _groups(jobs):
-                try:
-                    results = await loop.run_in_executor(self.executor, run_group, group)
-                except Exception as exc:  # noqa: BLE001 (the requests get a 500 in OpenAI's shape; the server goes on)
-                    for job in group:
-                        if not job.future.done():
-                            job.future.set_exception(exc)
-                    continue
-                for job, choices in zip(group, results):
-                    if not job.future.done():
-                        job.future.set_result(choices)
-            self.batches += 1
+            for group in _groups(await self._collect()):
+                await self._run(loop, group)
+            self.work.batches += 1
 
-    async def _collect(self, loop) -> list[Job]:
-        jobs = [await self.queue.get()]
+    async def _run(self, loop, group: list[Job]) -> None:
+        group = [job for job in group if not job.future.done()]  # gone while the groups before it ran
+        if not group:
+            return
+        for job in group:
+            if job.started is not None and not job.started.done():
+                job.started.set_result(None)
+        self.work.requests += len(group)
+        try:
+            results = await loop.run_in_executor(self.executor, run_group, group, self.work)
+        except Exception as exc:  # noqa: BLE001 (the requests get a 500 in OpenAI's shape; the server goes on)
+            for job in group:
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            return
+        for job, choices in zip(group, results):
+            if not job.future.done():
+                job.future.set_result(choices)
+
+    async def _collect(self) -> list[Job]:
+        """The next batch: the first waiting request, and those that come within `batch_wait`, up to `max_batch` requests
+        and `max_tokens` tokens (a request that would pass the budget waits, first in line, for the next batch)."""
+        loop = asyncio.get_running_loop()
+        await self._live(None)
+        jobs = [self.waiting.popleft()]
         deadline = loop.time() + self.batch_wait
-        while len(jobs) < self.max_batch:
-            remaining = deadline - loop.time()
-            try:
-                jobs.append(self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self.queue.get(), remaining))
-            except (asyncio.QueueEmpty, asyncio.TimeoutError):
+        while len(jobs) < self.max_batch and await self._live(deadline):
+            if batch_tokens([*jobs, self.waiting[0]]) > self.max_tokens:
                 break
-        return [job for job in jobs if not job.future.done()]  # a client that went away is not answered
+            jobs.append(self.waiting.popleft())
+        return jobs
+
+    async def _live(self, deadline: float | None) -> bool:
+        """True once a request nobody gave up on waits; False if `deadline` (loop time) passes first."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._drop_gone()
+            if self.waiting:
+                return True
+            self.arrived.clear()
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+
+    def _drop_gone(self) -> None:
+        """Requests nobody waits for any more leave the queue unrun, freeing their places."""
+        if any(job.future.done() for job in self.waiting):
+            kept = deque(job for job in self.waiting if not job.future.done())
+            self.work.dropped += len(self.waiting) - len(kept)
+            log.info("dropped %d queued request(s) before their turn: their clients went away or their time ran out",
+                     len(self.waiting) - len(kept))
+            self.waiting = kept
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
@@ -114,9 +207,9 @@ def _groups(jobs: list[Job]) -> list[list[Job]]:
     return list(groups.values())
 
 
-def run_group(jobs: list[Job]) -> list[list[Choice]]:
+def run_group(jobs: list[Job], work: Work | None = None) -> list[list[Choice]]:
     """One pass of the model over jobs of one key: their prompts padded into one batch, n answers each; game decisions
-    chosen from their valid menus (`run_decisions`)."""
+    chosen from their valid menus (`run_decisions`). A job given up on ends at the next token; `work` counts tokens."""
     import torch
 
     from babylon_rl.policy import pad_prompts, sample_answers
@@ -128,12 +221,13 @@ def run_group(jobs: list[Job]) -> list[list[Choice]]:
     tokenizer = loaded.tokenizer
     device = str(next(loaded.model.parameters()).device)
     batch = pad_prompts(tokenizer, [job.ids for job in jobs], device)
-    generator = torch.Generator(device).manual_seed(sampling.seed) if sampling.seed is not None and sampling.temperature else None
+    generators = [g for job in jobs for g in [_generator(job, device)] * sampling.n]  # a request's n rows share its own
+    per_row = generators if any(g is not None for g in generators) else None
     stops = torch.tensor([tokenizer.eos_token_id]) if first.prepared.mode == CHAT else None
     longest = max(job.sampling.max_tokens for job in jobs)
     with torch.no_grad(), _active(loaded) as model:
-        tokens, mask = sample_answers(model, tokenizer, batch, sampling.n, longest, sampling.temperature, generator,
-                                      sampling.top_p, stops)
+        tokens, mask = sample_answers(model, tokenizer, batch, sampling.n, longest, sampling.temperature, per_row,
+                                      sampling.top_p, stops, _on_step(jobs, tokenizer, work or Work()))
     stop_ids = set((stops if stops is not None else _stop_ids(tokenizer)).tolist())
     results = []
     for index, job in enumerate(jobs):
@@ -149,11 +243,75 @@ def run_decisions(jobs: list[Job]) -> list[list[Choice]]:
 
     first = jobs[0]
     sampling = first.sampling
-    generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None and sampling.temperature else None
+    if all(job.gone.is_set() for job in jobs):
+        return [[] for _ in jobs]
     with torch.no_grad(), _active(first.loaded) as model:
         decided = _decider(first.loaded, model).decide([job.prepared.decision for job in jobs], sampling.temperature,
-                                                       sampling.n, generator)
+                                                       sampling.n, [_generator(job, "cpu") for job in jobs])
     return [[_menu_choice(job, d.answer) for d in choices] for job, choices in zip(jobs, decided)]
+
+
+def _generator(job: Job, device: str):
+    """The request's own generator, seeded with its seed; None when unseeded or greedy (torch's own then)."""
+    import torch
+
+    if job.sampling.seed is None or not job.sampling.temperature:
+        return None
+    return torch.Generator(device).manual_seed(job.sampling.seed)
+
+
+def _on_step(jobs: list[Job], tokenizer, work: Work) -> Callable:
+    """`sample_answers`' step hook: counts the tokens, sends each streaming job's new text on, and ends the rows of the
+    jobs nobody waits for any more (None while every job is waited for)."""
+    import torch
+
+    streams = [_Stream(job, tokenizer, index * job.sampling.n) for index, job in enumerate(jobs) if job.on_text]
+    rows = [job for job in jobs for _ in range(job.sampling.n)]
+    stopped: set[int] = set()
+
+    def step(token, live):
+        work.tokens += int(live.sum())
+        if streams:
+            token_list, live_list = token.tolist(), live.tolist()
+            for stream in streams:
+                stream.step(token_list, live_list)
+        gone = [job.gone.is_set() for job in rows]
+        if not any(gone):
+            return None
+        _count_stopped(jobs, stopped, work)
+        return torch.tensor(gone, device=live.device)
+
+    return step
+
+
+def _count_stopped(jobs: list[Job], stopped: set[int], work: Work) -> None:
+    """Counts each job given up on while it runs once (`Work.stopped`)."""
+    for index, job in enumerate(jobs):
+        if job.gone.is_set() and index not in stopped:
+            stopped.add(index)
+            work.stopped += 1
+            log.info("stopped a running request: its client went away or its time ran out")
+
+
+class _Stream:
+    """A streaming job's answers as they grow: the tokens of its rows kept, and the text no later token can change
+    sent on as it grows (`prompting.streamable`); what is held back comes with the finished answer."""
+
+    def __init__(self, job: Job, tokenizer, first_row: int) -> None:
+        self.job, self.tokenizer, self.first_row = job, tokenizer, first_row
+        self.ids: list[list[int]] = [[] for _ in range(job.sampling.n)]
+        self.sent = [0] * job.sampling.n
+
+    def step(self, token: list[int], live: list[bool]) -> None:
+        for index, ids in enumerate(self.ids):
+            row = self.first_row + index
+            if not live[row] or len(ids) >= self.job.sampling.max_tokens:
+                continue
+            ids.append(token[row])
+            text = streamable(self.job.prepared, self.tokenizer.decode(ids, skip_special_tokens=True), self.job.stops)
+            if len(text) > self.sent[index]:
+                self.job.on_text(index, text[self.sent[index]:])
+                self.sent[index] = len(text)
 
 
 _DECIDERS: dict[tuple, object] = {}  # (model object, top blocks, menu size) -> Decider: one frozen-block copy per base

@@ -10,8 +10,8 @@ Its markets, named M1, M2... in the prompt, are named by their ids again in the 
 
 Any other request is served as it is: its messages through the chat template, the answer ended
 at EOS. The response says which (`babylon.prompt`: "decision" or "chat", with the reason, and the
-`X-Babylon-Prompt` header). With `response_format` json_object or json_schema, a chat answer is
-opened with `{` and cut where its braces balance.
+`X-Babylon-Prompt` header). With `response_format` json_object, a chat answer is
+opened with `{` and cut where its braces balance (json_schema is refused: `request.py`).
 """
 
 from __future__ import annotations
@@ -73,10 +73,30 @@ def finish(prepared: Prepared, generated: str, stops: list[str], hit_stop: bool)
             text, reason = text[:end], "stop"
     for short, market_id in prepared.markets.items():
         text = text.replace(f'"{short}"', f'"{market_id}"')
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
+    cut = _first_stop(text, stops)
     if cut >= 0:
         text, reason = text[:cut], "stop"
     return text, reason
+
+
+def streamable(prepared: Prepared, generated: str, stops: list[str]) -> str:
+    """The start of the answer (of the answer `generated` so far) that no later token can change, so it may be streamed:
+    `finish`'s cuts applied, and the last characters held back while they could still open a stop string or be half a
+    character. A decision's answer streams only once whole (its market names are replaced then)."""
+    if prepared.markets:
+        return ""
+    text = prepared.prefix + generated.rstrip("\ufffd")
+    end = _balanced_end(text) if prepared.json_answer else None
+    cut = _first_stop(text[:end], stops)
+    if cut >= 0 or end is not None:
+        return text[:cut] if cut >= 0 else text[:end]
+    hold = max((len(s) for s in stops if s), default=1) - 1
+    return text[: len(text) - hold]
+
+
+def _first_stop(text: str, stops: list[str]) -> int:
+    """Where the first stop string begins in `text`; -1 if none does."""
+    return min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
 
 
 def _balanced_end(text: str) -> int | None:

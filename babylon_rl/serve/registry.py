@@ -5,7 +5,8 @@ A name is one of:
   `RUN@merged` (the run's merged model), or `RUN` alone (its latest checkpoint, served as `RUN@N`
   and answering to `RUN` too);
 - `promoted`: the model `improve` promoted last (HOME/improve/state.json's champion);
-- anything `eval --model` takes: a model in HOME/models (`smollm2-135m`), a directory.
+- anything `eval --model` takes: a model in HOME/models (`smollm2-135m`), a directory (served under its
+  directory's name, answering to the path too: clients never see where the files are).
 
 Adapters are served on one copy of their base model (PEFT, one adapter active per batch), and
 their base is served too, under its directory's name, as `/v1/models` lists it as their `parent`.
@@ -82,7 +83,12 @@ def resolve_served(home: Home, name: str) -> tuple[str, ModelRef, tuple[str, ...
         canonical, path = checkpoint_path(home, name, "latest")
         return canonical, resolve_model(home, str(path)), (name,)
     ref = resolve_model(home, name)
-    return name, ref, ()
+    return (ref.path.name, ref, (name,)) if is_path(name) else (name, ref, ())
+
+
+def is_path(name: str) -> bool:
+    """An absolute or home-relative filesystem path (served by its directory's name, never shown to clients)."""
+    return name.startswith(("/", "~")) or "\\" in name
 
 
 def plan(home: Home, names: list[str]) -> list[Served]:
@@ -91,7 +97,8 @@ def plan(home: Home, names: list[str]) -> list[Served]:
     for name in names:
         model_id, ref, aliases = resolve_served(home, name)
         if model_id in served:
-            raise ConfigError(f"{name} is served twice (as {model_id}); name each model once")
+            raise ConfigError(f"{name} is served as {model_id}, a name already served; name each model once (a directory "
+                              "is served under its directory's name)")
         served[model_id] = Served(model_id, ref, aliases)
     by_path = {s.ref.path: s.id for s in served.values() if not s.ref.adapter}
     for item in list(served.values()):

