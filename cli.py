@@ -788,12 +788,17 @@ def report(obj: BabylonContext, run: str | None, improve: bool) -> None:
 @click.option("--steps-per-window", type=click.IntRange(min=1, max=30), default=3, show_default=True, help="Decisions per agent per window.")
 @click.option("--news-strength", type=click.FloatRange(min=0, max=10), default=1.0, show_default=True,
               help="How strongly headlines lead prices; 0: nothing to learn, no candidate may be promoted.")
-@click.option("--objective", type=click.Choice(["counterfactual", "grpo"]), default="counterfactual", show_default=True,
-              help="Every menu answer priced (counterfactual), or k sampled answers per decision (grpo, 2-3x slower a step).")
-@click.option("--steps", type=click.IntRange(min=1), default=12, show_default=True, help="Training steps per iteration.")
-@click.option("--groups-per-step", type=click.IntRange(min=1), default=16, show_default=True, help="Decisions per training step.")
+@click.option("--objective", type=click.Choice(["hindsight", "counterfactual", "grpo"]), default="hindsight", show_default=True,
+              help="hindsight: train's own objective (the trade each headline's meaning calls for, its one-block recipe); on "
+                   "the champion's own answers: every menu answer priced (counterfactual), or k sampled answers per "
+                   "decision (grpo, 2-3x slower a step).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps per iteration.  [default: hindsight's recipe; 12 on the champion's answers]")
+@click.option("--groups-per-step", type=click.IntRange(min=1), default=None,
+              help="Decisions per training step.  [default: hindsight's recipe; 16 on the champion's answers]")
 @click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="Answers sampled per decision (grpo's group).")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=3e-4, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="[default: hindsight's recipe; 3e-4 on the champion's answers]")
 @click.option("--eval-decisions-per-window", type=click.IntRange(min=1), default=2, show_default=True,
               help="Held-out decisions replayed per window at the gate.")
 @click.option("--base-model", default="smollm2-135m", show_default=True, help="The first champion.")
@@ -806,8 +811,8 @@ def improve(obj: BabylonContext, **options) -> None:
     replaces the champion only if it beats it on held-out windows beyond the interval.
 
     \b
-    Each iteration: play (simulate --policy CHAMPION) -> build -> dataset build -> train (GRPO from
-    the champion) -> gate (eval vs the champion) -> promote or keep, then HOME/improve/report.html.
+    Each iteration: play (simulate --policy CHAMPION) -> build -> dataset build -> train (hindsight
+    from the champion, or on its own answers) -> gate (eval vs the champion) -> promote or keep, then HOME/improve/report.html.
     HOME/improve/state.json records each finished stage: after a kill, Ctrl-C or SIGTERM, the same
     command resumes at the stage it stopped in.
     \b

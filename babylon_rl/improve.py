@@ -8,8 +8,10 @@ One iteration, each stage the same BabylonContext method its own command calls:
 2. build (incremental);
 3. dataset `improve-NNN` over every window so far, split by time: its eval split is the newest
    windows, which neither the candidate nor the champion trained on;
-4. train: on the policy's own answers to the train decisions, priced by what the market did (`objective`:
-   every menu answer, or GRPO's k samples), from the champion, merged into `runs/improve-NNN/merged`;
+4. train: from the champion, merged into `runs/improve-NNN/merged`: by default `hindsight`, `train`'s own objective
+   (the trade each headline's meaning calls for, learned from the train windows' outcomes: train/credit.py; where the
+   credit is confident nowhere the candidate holds, and cannot beat the champion), or on the policy's own answers to
+   the train decisions, priced by what the market did (`counterfactual`: every menu answer; `grpo`: k samples);
 5. gate: replay eval of the candidate against the champion (its baseline) on the eval split; it is
    promoted only when it beats the champion beyond the interval on direction accuracy AND P&L per
    decision (`EvalResult.comparison["baseline"]`);
@@ -59,6 +61,9 @@ START = datetime(2025, 1, 1)
 STAGES = ("play", "build", "dataset", "train", "gate")
 
 
+ON_POLICY = {"steps": 12, "groups_per_step": 16, "learning_rate": 3e-4}  # counterfactual and grpo, where the loop names none
+
+
 @dataclass(frozen=True)
 class ImproveOptions:
     iterations: int | None = 3  # run until this many are done; None: until stopped (with every_minutes)
@@ -68,12 +73,13 @@ class ImproveOptions:
     policy_agents: int = 2  # agents the champion plays
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: nothing to learn, no candidate may be promoted
-    objective: str = "counterfactual"  # or grpo: same reward, k sampled answers instead of every menu answer (2-3x a step)
-    steps: int = 12  # training steps per iteration
-    groups_per_step: int = 16
+    # hindsight: `train`'s default, its recipe (train/loop.py RECIPES); counterfactual or grpo: on the champion's own answers
+    objective: str = "hindsight"
+    steps: int | None = None  # training steps per iteration; None: hindsight's recipe, 12 on the champion's answers
+    groups_per_step: int | None = None  # None: hindsight's recipe, 16 on the champion's answers
     samples: int = 8  # grpo only
-    learning_rate: float = 3e-4
-    kl_coef: float = 0.02
+    learning_rate: float | None = None  # None: hindsight's recipe, 3e-4 on the champion's answers
+    kl_coef: float = 0.02  # on the champion's answers only
     validation_fraction: float = 0.1
     eval_fraction: float = 0.25
     eval_decisions_per_window: int = 2
@@ -279,11 +285,16 @@ def _train(ctx: "BabylonContext", options: ImproveOptions, it: Iteration) -> str
 
     name = _name(it.iteration)
     resume = bool(RunDir.for_run(ctx.home, name).checkpoint_steps())
-    result = ctx.train(dataset=name, run_name=name, backend="torch", base_model=it.champion, on_policy=True, merge=True,
-                       objective=options.objective, learning_rate=options.learning_rate,
-                       groups_per_step=options.groups_per_step, max_steps=options.steps,
-                       samples=options.samples, kl_coef=options.kl_coef, inner_epochs=2, seed=options.seed,
-                       device=options.device, resume=resume or None)
+    common = dict(dataset=name, run_name=name, backend="torch", base_model=it.champion, merge=True, objective=options.objective,
+                  seed=options.seed, device=options.device, resume=resume or None)
+    if options.objective == "hindsight":  # the recipe's own defaults where the loop names none
+        result = ctx.train(**common, learning_rate=options.learning_rate, groups_per_step=options.groups_per_step,
+                           max_steps=options.steps)
+    else:
+        result = ctx.train(**common, on_policy=True, learning_rate=options.learning_rate or ON_POLICY["learning_rate"],
+                           groups_per_step=options.groups_per_step or ON_POLICY["groups_per_step"],
+                           max_steps=options.steps or ON_POLICY["steps"], samples=options.samples, kl_coef=options.kl_coef,
+                           inner_epochs=2)
     return _in_home(ctx, result.merged)
 
 

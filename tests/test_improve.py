@@ -103,6 +103,9 @@ def test_the_loop_plays_trains_and_records_each_iteration(template, home, run_cl
     powerless = "(this gate could not recognise even the news rule)" in result.output
     assert powerless == (it["gate"]["could_recognise_news_rule"] is False)
     assert state["done"] == ["play", "build", "dataset", "train", "gate"]
+    # the candidate is `train`'s own objective (credit by meaning), its kept checkpoint merged into a whole model
+    assert json.loads((home / "runs" / "improve-000" / "run.json").read_text())["objective"] == "hindsight"
+    assert (home / "runs" / "improve-000" / "merged" / "config.json").exists()
     # the gate's own figures for each side, and the loop's page written after it
     assert set(it["gate"]["candidate"]) == set(it["gate"]["champion"]) == {"direction_accuracy", "pnl_per_decision"}
     page = (home / "improve" / "report.html").read_text()

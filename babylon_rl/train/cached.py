@@ -660,6 +660,11 @@ class MenuTrainer(Checkpoints):
         with self._weights(True):
             return super().save(directory, state, raw)
 
+    def save_merged(self, directory: Path) -> Path:
+        """The base with the averaged adapter (what answers in validation and eval) folded in."""
+        with self._weights(True):
+            return super().save_merged(directory)
+
     # -- checkpoints ------------------------------------------------------------------------
     def state(self) -> dict:
         """A snapshot: later steps change neither the weights nor the average it holds (a kept best checkpoint)."""

@@ -578,6 +578,9 @@ class _Loop:
         if self.writeback:
             self.writeback.model_training(key, f"step-{self.state['step']}-merged", str(self.run.merged),
                                           self.state["step"], self.tracker.wandb_run_id)
+        best = self.best_path()
+        if best is not None:  # the checkpoint validation kept is the model, not the last step's weights
+            self.trainer.load(best)
         path = self.trainer.save_merged(self.run.merged)
         if self.writeback:
             self.writeback.model_finished(key, "ready", self._avg_reward(), self.last_eval or None)
