@@ -223,6 +223,8 @@ def learning_verdict(evaluation) -> list[str]:
     else:
         lines.append("[bold red]learning NOT shown[/bold red]: the trained model must beat every reference above on held-out "
                      "windows, on P&L per decision and trade precision, beyond the 95 % interval")
+    if "teachers" in evaluation.comparison:  # the aim past the claim: a student beyond the best agents it could learn from
+        lines.append(comparison_line("teachers", evaluation.comparison["teachers"]))
     return lines
 
 

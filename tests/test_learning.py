@@ -885,6 +885,8 @@ def test_distill_trains_on_the_teachers_answers_only_and_the_eval_shows_them(hom
     assert saved["policies"][-1]["decisions"] == teacher_actions  # every held-out decision of theirs, not the sampled ones
     for diff in saved["comparison"].values():
         assert {"pnl_per_decision_diff", "trade_precision_diff", "precision_estimable"} <= set(diff)
+    assert "teachers" in saved["comparison"]  # their own held-out play, window by window: compared, never claimed on
+    assert "the best agents' own held-out play, window by window (not required)" in evaluation.output
     assert "best agents" in evaluation.output and "trade precision" in evaluation.output
 
     news = run_cli("train", "--dataset", "d", "--base-model", str(small_llama), "--run-name", "n", "--objective", "distill",

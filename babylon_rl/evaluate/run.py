@@ -198,7 +198,11 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     comparison, design = compare_results(results, eval_set, options)
     teachers = run_teachers(ref.run_dir) if ref and ref.run_dir else []
     if teachers or options.best_agents:
-        results.append(teachers_reference(teachers or list(options.best_agents), every_decision, options, learned=bool(teachers)))
+        best = teachers_reference(teachers or list(options.best_agents), every_decision, options, learned=bool(teachers))
+        results.append(best)
+        if best.decisions.decisions and set(best.decisions.windows) <= set(eval_set.windows):  # paired by window
+            comparison["teachers"] = _paired(next(r for r in results if r.role == "model"), best, eval_set,
+                                             resample_indices(len(eval_set.windows), options.resamples, options.seed))
     output_dir = _output_dir(home, options, ref)
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
                       ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design,
@@ -227,12 +231,13 @@ def run_teachers(run_dir: Path) -> list[str]:
 
 def teachers_reference(teachers: list[str], every_decision: EvalSet, options: EvalOptions, learned: bool = True) -> PolicyResult:
     """The best agents (those it learned from, or those that stand above their peers on the train windows): their own
-    logged answers on every held-out decision they made (not the sampled decisions the policies answer, so not paired
-    with them: a reference line, not one the claim needs)."""
+    logged answers on every held-out decision they made: not the sampled decisions the policies answer, so the model is
+    compared with them window by window (the difference of each window's means), a line the claim does not need."""
     mine = EvalSet(every_decision.dataset, [d for d in every_decision.decisions if d.agent_id in teachers], every_decision.truths)
     name = (f"the agents it learned from ({', '.join(teachers)}), logged" if learned else
             f"the agents that stand above their peers on the train windows ({', '.join(teachers)}), logged")
     result = _scored("teachers", name, "logged", [d.logged_answer for d in mine.decisions], mine, options)
+    result.decisions = mine
     if mine.decisions:
         _summarise(result, mine, resample_indices(len(mine.windows), options.resamples, options.seed))
     return result

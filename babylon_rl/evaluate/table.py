@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 ROLE_LABELS = {"model": "trained", "baseline": "its base", "reader": "news rule", "logged": "logged agents",
                "imitation": "imitation", "teachers": "best agents"}
 REFERENCE_NAMES = {"baseline": "its base model", "constant": "the best constant", "logged": "the logged agents",
-                   "imitation": "imitation of the logged answers (same budget)", "reader": "the news rule (not required)"}
+                   "imitation": "imitation of the logged answers (same budget)", "reader": "the news rule (not required)",
+                   "teachers": "the best agents' own held-out play, window by window (not required)"}
 
 
 def _label(p: "PolicyResult", named_baseline: str | None) -> str:
