@@ -417,7 +417,8 @@ def _paired(a_result: PolicyResult, b_result: PolicyResult, eval_set: EvalSet, i
 # -- outputs ----------------------------------------------------------------------------
 def _output_dir(home: Home, options: EvalOptions, ref: ModelRef | None) -> Path:
     """A run's own directory when it is evaluated on its own dataset in its own home (what its report reads), else
-    HOME/evals/NAME-DATASET: another dataset's figures never replace the run's own."""
+    HOME/evals/RUN-CHECKPOINT-DATASET (HOME/evals/MODEL-DATASET for a model of no run): another dataset's figures never
+    replace the run's own."""
     if ref and ref.run_dir and _trained_on(ref.run_dir) == options.dataset and ref.run_dir.resolve().parent == home.runs.resolve():
         return ref.run_dir
     if ref and ref.run_dir:
