@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -323,20 +322,3 @@ def test_the_claim_reads_trade_precision_so_holding_is_not_punished():
     assert not comparison["baseline"]["precision_estimable"] and comparison["baseline"]["reference_trades"] == 0
     assert comparison["baseline"]["beats_outside_interval"]  # P&L alone
 
-
-def test_a_run_evaluated_on_another_dataset_keeps_its_own_eval(tmp_path: Path):
-    """A run's directory holds the eval of its own dataset (its report reads it); another dataset's, or another home's,
-    goes to HOME/evals/, so it never replaces the run's own figures."""
-    from babylon_rl.evaluate.policies import ModelRef
-    from babylon_rl.evaluate.run import EvalOptions, _output_dir
-    from babylon_rl.settings import Home
-
-    home = Home(tmp_path / "home")
-    run_dir = home.runs / "demo"
-    run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"dataset": "ds"}))
-    ref = ModelRef(run_dir / "checkpoints" / "step-4", True, run_dir, "base")
-    assert _output_dir(home, EvalOptions(model="demo", dataset="ds"), ref) == run_dir
-    assert _output_dir(home, EvalOptions(model="demo", dataset="other"), ref) == home.root / "evals" / "demo-step-4-other"
-    elsewhere = Home(tmp_path / "elsewhere")
-    assert _output_dir(elsewhere, EvalOptions(model=str(ref.path), dataset="ds"), ref) == elsewhere.root / "evals" / "demo-step-4-ds"

@@ -2,7 +2,9 @@
 not fit is refused in one line before the weights load.
 
 Each run is a real `cli.py` process under RLIMIT_AS (so a regression fails here instead of being
-killed by the kernel, or killing the machine); its peak resident memory comes from wait4.
+killed by the kernel, or killing the machine); its peak resident memory is its own VmHWM, read as it exits.
+(Not wait4's ru_maxrss: Linux counts in it the resident memory of the forked copy of the test process before
+the exec, so a pytest worker grown by earlier tests in-process would pass its own size off as the child's.)
 """
 
 from __future__ import annotations
@@ -44,18 +46,32 @@ class Limited:
         return float(found.group(1)) * 1e9
 
 
+# cli.py run in-process by a launcher that writes the process's own resident peak (kB) to $PEAK_FILE as it exits
+PEAKED_CLI = """
+import atexit, os, re, runpy, sys
+
+def peak():
+    status = open("/proc/self/status").read()
+    open(os.environ["PEAK_FILE"], "w").write(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
+
+atexit.register(peak)
+sys.argv = ["cli.py", *sys.argv[1:]]
+runpy.run_path("cli.py", run_name="__main__")
+"""
+
+
 def run_limited(home: Path, *args: str, limit: int = CEILING) -> Limited:
     """`python cli.py --home HOME ARGS` under RLIMIT_AS = `limit`."""
     def ceiling() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    with tempfile.TemporaryFile("w+") as stdout:
-        process = subprocess.Popen([sys.executable, "cli.py", "--home", str(home), *args], cwd=ROOT, preexec_fn=ceiling,
-                                   stdout=stdout, stderr=subprocess.PIPE, text=True)
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.NamedTemporaryFile("r") as peak:
+        process = subprocess.Popen([sys.executable, "-c", PEAKED_CLI, "--home", str(home), *args], cwd=ROOT, preexec_fn=ceiling,
+                                   stdout=stdout, stderr=subprocess.PIPE, text=True, env=os.environ | {"PEAK_FILE": peak.name})
         stderr = process.stderr.read()
-        _, status, usage = os.wait4(process.pid, 0)
+        code = process.wait()
         stdout.seek(0)
-        return Limited(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024, stdout.read(), stderr)
+        return Limited(code, int(peak.read() or 0) * 1024, stdout.read(), stderr)
 
 
 @pytest.fixture(scope="module")

@@ -416,24 +416,10 @@ def _paired(a_result: PolicyResult, b_result: PolicyResult, eval_set: EvalSet, i
 
 # -- outputs ----------------------------------------------------------------------------
 def _output_dir(home: Home, options: EvalOptions, ref: ModelRef | None) -> Path:
-    """A run's own directory when it is evaluated on its own dataset in its own home (what its report reads), else
-    HOME/evals/RUN-CHECKPOINT-DATASET (HOME/evals/MODEL-DATASET for a model of no run): another dataset's figures never
-    replace the run's own."""
-    if ref and ref.run_dir and _trained_on(ref.run_dir) == options.dataset and ref.run_dir.resolve().parent == home.runs.resolve():
-        return ref.run_dir
     if ref and ref.run_dir:
-        return home.root / "evals" / f"{ref.run_dir.name}-{ref.path.name}-{options.dataset}"
+        return ref.run_dir
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(options.model).name or options.model).strip("-.") or "model"
     return home.root / "evals" / f"{name}-{options.dataset}"
-
-
-def _trained_on(run_dir: Path) -> str | None:
-    from babylon_rl.train.runs import RunDir
-
-    try:
-        return json.loads(RunDir(run_dir).config.read_text()).get("dataset")
-    except (OSError, ValueError):
-        return None
 
 
 def write_outputs(result: EvalResult) -> tuple[Path, Path]:
