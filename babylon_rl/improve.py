@@ -51,6 +51,7 @@ from pydantic import BaseModel
 from babylon_rl import atomic, locks
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
+from babylon_rl.model_names import in_home
 
 if TYPE_CHECKING:
     from babylon_rl.context import BabylonContext
@@ -295,13 +296,7 @@ def _train(ctx: "BabylonContext", options: ImproveOptions, it: Iteration) -> str
                            groups_per_step=options.groups_per_step or ON_POLICY["groups_per_step"],
                            max_steps=options.steps or ON_POLICY["steps"], samples=options.samples, kl_coef=options.kl_coef,
                            inner_epochs=2)
-    return _in_home(ctx, result.merged)
-
-
-def _in_home(ctx: "BabylonContext", path) -> str:
-    """A model's path as the loop records it: relative to the home, so that a moved home still resolves it."""
-    path = Path(path)
-    return str(path.relative_to(ctx.home.root)) if path.is_relative_to(ctx.home.root) else str(path)
+    return in_home(ctx.home, result.merged)
 
 
 def _gate(ctx: "BabylonContext", options: ImproveOptions, state: ImproveState) -> None:

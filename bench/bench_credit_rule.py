@@ -25,7 +25,7 @@ from babylon_rl.evaluate.run import EvalOptions, compare_results, scored_answers
 from babylon_rl.settings import Home  # noqa: E402
 from babylon_rl.train.credit import HeadlineEmbedder, credit, headline_age  # noqa: E402
 from babylon_rl.train.decisions import Task, load_decision_data  # noqa: E402
-from babylon_rl.train.models import resolve_base_model  # noqa: E402
+from babylon_rl.model_names import resolve_base  # noqa: E402
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     data = load_decision_data(home, args.dataset)
     eval_set = load_eval_set(Dataset.open(home, args.dataset)).sample(args.per_window, 0)
     tasks = [Task.from_decision(d, eval_set.truths[d.window_id]) for d in eval_set.decisions]
-    found = credit(data.train, tasks, HeadlineEmbedder(resolve_base_model(home, "smollm2-135m")))
+    found = credit(data.train, tasks, HeadlineEmbedder(resolve_base(home, "smollm2-135m")))
     print(found.line())
     print("on the split:", json.dumps(found.validation.to_dict()))
     answers = []

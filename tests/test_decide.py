@@ -91,9 +91,10 @@ def test_every_menu_entry_is_an_action_the_game_accepts(seed, shares):
 
 
 def test_a_hold_only_menu_is_answered_without_a_model_call(template, tmp_path):
-    from babylon_rl.evaluate.policies import LocalPolicy, resolve_model
+    from babylon_rl.evaluate.policies import LocalPolicy
+    from babylon_rl.model_names import resolve
 
-    policy = LocalPolicy(resolve_model(install(template, tmp_path), "tiny"), "tiny").load()
+    policy = LocalPolicy(resolve(install(template, tmp_path), "tiny"), "tiny").load()
     policy._decider.split = None  # any model call would fail
     reply = policy.replies([_prompt(cash="$12.00", positions="none")])[0]
     assert (reply.text, reply.prompt_tokens) == (HOLD_ANSWER, 0)  # no prompt was run
@@ -103,7 +104,8 @@ def test_a_model_that_cannot_write_an_action_still_plays_only_valid_ones(templat
     """A model of random weights writes no action the game could parse; deciding from the menu, every one of its
     decisions is accepted (it holds: no trade stands out to it). The warm-started tiny model trades, and every one of
     its trades is accepted too."""
-    from babylon_rl.evaluate.policies import LocalPolicy, resolve_model
+    from babylon_rl.evaluate.policies import LocalPolicy
+    from babylon_rl.model_names import resolve
     from babylon_rl.simulate.policy_play import open_player
     from babylon_rl.train.models import load_tokenizer
     from babylon_rl.train.tiny import TinySpec, build_model
@@ -125,6 +127,6 @@ def test_a_model_that_cannot_write_an_action_still_plays_only_valid_ones(templat
         assert len(steps) == 18 and all(step["success"] for step in steps), model
     assert {"BUY_SHARES", "SELL_SHARES"} & {step["actionName"] for step in steps}  # tiny's trades, accepted
 
-    writer = LocalPolicy(resolve_model(home, "scrambled"), "scrambled").load()
+    writer = LocalPolicy(resolve(home, "scrambled"), "scrambled").load()
     written = writer.generate([_prompt(), _prompt(cash="$9,000.00", positions="none")])
     assert not any(parse_action(text) for text in written)  # what the old path (free writing) would have played

@@ -44,7 +44,8 @@ def run_cli_at():
 
 
 def test_hf_export_loads_in_plain_transformers_and_answers_as_the_checkpoint(smollm2_run_home, run_cli_at, tmp_path):
-    from babylon_rl.evaluate.policies import LocalPolicy, resolve_model
+    from babylon_rl.evaluate.policies import LocalPolicy
+    from babylon_rl.model_names import resolve
     from babylon_rl.settings import Home
 
     target = tmp_path / "demo-hf"
@@ -55,7 +56,7 @@ def test_hf_export_loads_in_plain_transformers_and_answers_as_the_checkpoint(smo
     assert {"model.safetensors", "config.json", "tokenizer.json", "chat_template.jinja", "README.md"} <= {
         p.name for p in target.iterdir()}
     assert not list(tmp_path.glob(".demo-hf.*"))  # written aside, then renamed: nothing left behind
-    checkpoint = LocalPolicy(resolve_model(Home(smollm2_run_home), "runs/demo/checkpoints/step-2"), "demo").load()
+    checkpoint = LocalPolicy(resolve(Home(smollm2_run_home), "runs/demo/checkpoints/step-2"), "demo").load()
     expected = checkpoint.generate([decision_prompt(GAME_REQUEST[1]["content"])])[0]
     assert _greedy_plain_transformers(target).startswith(expected)
     assert _tensor_dtypes(target / "model.safetensors") == {"F32"}

@@ -42,9 +42,10 @@ def client(server):
 
 
 def _in_process(home, model: str) -> str:
-    from babylon_rl.evaluate.policies import LocalPolicy, resolve_model
+    from babylon_rl.evaluate.policies import LocalPolicy
+    from babylon_rl.model_names import resolve
 
-    policy = LocalPolicy(resolve_model(Home(home), model), model).load()
+    policy = LocalPolicy(resolve(Home(home), model), model).load()
     return policy.replies([decision_prompt(GAME_REQUEST[1]["content"])])[0].text
 
 

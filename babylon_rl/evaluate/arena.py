@@ -25,8 +25,8 @@ import numpy as np
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
-from babylon_rl.evaluate.policies import default_baseline, resolve_model
 from babylon_rl.evaluate.stats import DEFAULT_RESAMPLES, Interval, difference_interval, ratio_interval, resample_indices
+from babylon_rl.model_names import default_baseline, resolve
 from babylon_rl.settings import Home, mask_url
 from babylon_rl.simulate.config import PERSONA_NAMES, SimulationConfig
 from babylon_rl.simulate.policy_play import POLICY_PERSONA, open_player
@@ -133,7 +133,7 @@ def _against(home: Home, options: ArenaOptions) -> str:
         raise ConfigError("--against-local plays --against here while --model plays on an endpoint: give --base-url")
     if options.against:
         return options.against
-    base = default_baseline(resolve_model(home, options.model), home) if not options.base_url else None
+    base = default_baseline(resolve(home, options.model), home) if not options.base_url else None
     if not base:
         raise ConfigError(f"{options.model} has no base model to play against: pass --against MODEL")
     return base

@@ -10,7 +10,6 @@ answer.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -18,9 +17,8 @@ from typing import Callable, Protocol, Sequence
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.menu import on_menu
 from babylon_rl.evaluate.prompts import DecisionPrompt
-from babylon_rl.settings import Home
+from babylon_rl.model_names import ModelRef
 
-TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 Progress = Callable[[int], None]
 
 
@@ -87,72 +85,6 @@ class MenuPolicy:
         answers = self.ranker.answers(self.adapter)
         on_done(len(prompts))
         return answers
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """A resolved local model: a plain HF directory, or an adapter checkpoint on its base model."""
-
-    path: Path
-    adapter: bool
-    run_dir: Path | None  # HOME/runs/RUN when the model is a checkpoint of a run
-    base_model: str | None  # the adapter's base model (path or hub id)
-
-    @property
-    def checkpoint_key(self) -> str | None:
-        return self.path.name if self.run_dir and self.path.parent.name == "checkpoints" else None
-
-
-def _latest_checkpoint(run_dir: Path) -> Path | None:
-    from babylon_rl.train.runs import RunDir
-
-    steps = RunDir(run_dir).checkpoint_steps()
-    return RunDir(run_dir).checkpoint(steps[-1]) if steps else None
-
-
-def resolve_model(home: Home, value: str) -> ModelRef:
-    """A directory path (or one inside the home), a model name in HOME/models, a run name in HOME/runs (its latest
-    checkpoint), or one of a run's checkpoints as `serve` names them (RUN@STEP, RUN@best, RUN@merged)."""
-    from babylon_rl.serve.registry import RUN_AT, checkpoint_path  # the registry imports this module
-
-    match = RUN_AT.match(value)
-    if match and (home.runs / match["run"]).is_dir():
-        value = str(checkpoint_path(home, match["run"], match["which"])[1])
-    candidates = [Path(value).expanduser(), home.root / value, home.models / value]
-    if (home.runs / value).is_dir():
-        latest = _latest_checkpoint(home.runs / value)
-        if latest:
-            candidates.insert(1, latest)
-    for path in candidates:
-        if path.is_dir() and ((path / "adapter_config.json").exists() or (path / "config.json").exists()):
-            return _describe(path.resolve(), home)
-    if Path(value).expanduser().exists():
-        raise ConfigError(f"{value} is not a model directory (no config.json or adapter_config.json)")
-    raise ConfigError(
-        f"model {value!r} is not a model directory, a model in {home.models} or a run with checkpoints in {home.runs}; "
-        "for an OpenAI-compatible endpoint pass --base-url URL and the served model's name"
-    )
-
-
-def _describe(path: Path, home: Home) -> ModelRef:
-    if not any((path / name).exists() for name in TOKENIZER_MARKERS):
-        raise ConfigError(f"model directory {path} has no tokenizer ({', '.join(TOKENIZER_MARKERS)}): save the tokenizer next to the weights")
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" and (path.parent.parent / "run.json").exists() else None
-    if path.name == "merged" and (path.parent / "run.json").exists():
-        run_dir = path.parent
-    adapter = (path / "adapter_config.json").exists()
-    base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") if adapter else None
-    return ModelRef(path, adapter, run_dir, base)
-
-
-def default_baseline(ref: ModelRef, home: Home) -> str | None:
-    """The model a checkpoint was trained from; for a plain model, HOME/models/tiny when it exists."""
-    if ref.base_model:
-        return ref.base_model
-    if ref.run_dir and (ref.run_dir / "run.json").exists():
-        return json.loads((ref.run_dir / "run.json").read_text()).get("base_model")
-    tiny = home.models / "tiny"
-    return str(tiny) if (tiny / "config.json").exists() and tiny.resolve() != ref.path else None
 
 
 @dataclass

@@ -26,15 +26,13 @@ from babylon_rl.evaluate.actions import KINDS, Action, parse_action
 from babylon_rl.evaluate.constant import CONSTANT_SHARES, ConstantChoice, best_constant
 from babylon_rl.evaluate.decide import run_shares
 from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
-from babylon_rl.evaluate.policies import (
-    ReaderPolicy,
-    ConstantPolicy, EndpointPolicy, LocalPolicy, MenuPolicy, ModelRef, Policy, default_baseline, resolve_model,
-)
+from babylon_rl.evaluate.policies import ConstantPolicy, EndpointPolicy, LocalPolicy, MenuPolicy, Policy, ReaderPolicy
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action
 from babylon_rl.evaluate.stats import (
     DEFAULT_RESAMPLES, Interval, difference_interval, ratio_difference_interval, ratio_interval, resample_indices,
 )
+from babylon_rl.model_names import ModelRef, default_baseline, in_home, resolve
 from babylon_rl.settings import Home, mask_url
 
 METRICS = ("direction_accuracy", "pnl_per_decision", "trade_precision", "trade_share", "valid_rate")
@@ -185,8 +183,8 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
     if baseline:
         policies.append(("baseline", baseline))
     if options.imitation:
-        imitation = resolve_model(home, options.imitation)
-        policies.append(("imitation", _local(imitation, f"imitation {_short(imitation.path, home)}", options)))
+        imitation = resolve(home, options.imitation)
+        policies.append(("imitation", _local(imitation, f"imitation {in_home(home, imitation.path)}", options)))
     policies.append(("model", model_policy))
     policies = _menu_policies(policies, eval_set, options, home.frozen_states)
 
@@ -307,8 +305,8 @@ def _model_policy(home: Home, options: EvalOptions) -> tuple[Policy, ModelRef | 
     if options.base_url:
         return EndpointPolicy(options.base_url, options.model, f"model {options.model}", options.max_new_tokens,
                               options.concurrency), None
-    ref = resolve_model(home, options.model)
-    return _local(ref, f"model {_short(ref.path, home)}", options), ref
+    ref = resolve(home, options.model)
+    return _local(ref, f"model {in_home(home, ref.path)}", options), ref
 
 
 def _local(ref: ModelRef, name: str, options: EvalOptions) -> LocalPolicy:
@@ -321,19 +319,12 @@ def _baseline_policy(home: Home, options: EvalOptions, ref: ModelRef | None) -> 
     if not wanted or wanted.lower() == "none":
         return None
     try:
-        base = resolve_model(home, wanted)
+        base = resolve(home, wanted)
     except ConfigError:
         if not options.base_url:
             raise
         return EndpointPolicy(options.base_url, wanted, f"baseline {wanted}", options.max_new_tokens, options.concurrency)
-    return _local(base, f"baseline {_short(base.path, home)}", options)
-
-
-def _short(path: Path, home: Home) -> str:
-    try:
-        return str(path.relative_to(home.root))
-    except ValueError:
-        return str(path)
+    return _local(base, f"baseline {in_home(home, base.path)}", options)
 
 
 def answer_key(action: Action | None) -> str:

@@ -27,10 +27,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from babylon_rl.model_names import is_path
 from babylon_rl.serve import bounds, streaming
 from babylon_rl.serve.engine import DEFAULT_MAX_BATCH_TOKENS, Batcher, Job, QueueFull, Sampling
 from babylon_rl.serve.prompting import Prepared, prepare
-from babylon_rl.serve.registry import Loaded, Pool, Served, is_path, load_pool
+from babylon_rl.serve.registry import Loaded, Pool, Served, load_pool
 from babylon_rl.serve.request import ChatRequest, refusal
 
 log = logging.getLogger("uvicorn.error")  # uvicorn configures this one: our lines share its format

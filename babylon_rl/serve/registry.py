@@ -1,12 +1,8 @@
 """Which models a server holds, by the names clients send, and loading them.
 
-A name is one of:
-- `RUN@STEP` (a run's checkpoint, as ART names them), `RUN@best` (the one `--keep-best` chose),
-  `RUN@merged` (the run's merged model), or `RUN` alone (its latest checkpoint, served as `RUN@N`
-  and answering to `RUN` too);
-- `promoted`: the model `improve` promoted last (HOME/improve/state.json's champion);
-- anything `eval --model` takes: a model in HOME/models (`smollm2-135m`), a directory (served under its
-  directory's name, answering to the path too: clients never see where the files are).
+A name is any model name (`babylon_rl/model_names.py`: a run's checkpoint, `promoted`, a model in HOME/models, a
+directory); a model is served under the id that module gives it and answers to its aliases too (`RUN` to `RUN@7`, a
+directory's path to its name: clients never see where the files are).
 
 Adapters are served on one copy of their base model (PEFT, one adapter active per batch), and
 their base is served too, under its directory's name, as `/v1/models` lists it as their `parent`.
@@ -14,18 +10,12 @@ their base is served too, under its directory's name, as `/v1/models` lists it a
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.evaluate.policies import ModelRef, resolve_model
+from babylon_rl.model_names import ModelRef, resolve
 from babylon_rl.settings import Home
-from babylon_rl.train.runs import RunDir
-
-PROMOTED = "promoted"
-RUN_AT = re.compile(r"^(?P<run>[A-Za-z0-9_.-]+)@(?P<which>\d+|best|merged|latest)$")
 
 
 @dataclass(frozen=True)
@@ -38,68 +28,15 @@ class Served:
     parent: str | None = None
 
 
-def checkpoint_path(home: Home, run: str, which: str) -> tuple[str, Path]:
-    """`RUN@STEP|best|merged|latest` -> its canonical name (`RUN@7`) and directory; a one-line error when it is missing."""
-    run_dir = RunDir.for_run(home, run)
-    if not run_dir.root.is_dir():
-        raise ConfigError(f"no run {run!r} in {home.runs}: name a run there (python cli.py train ... --run-name {run})")
-    steps = run_dir.checkpoint_steps()
-    if which == "merged":
-        if not (run_dir.merged / "config.json").exists():
-            raise ConfigError(f"run {run} has no merged model ({run_dir.merged}); train it with --merge")
-        return f"{run}@merged", run_dir.merged
-    if which == "best":
-        if not run_dir.best.exists():
-            raise ConfigError(f"run {run} has no chosen checkpoint ({run_dir.best}); train with --keep-best, or name RUN@STEP")
-        which = str(json.loads(run_dir.best.read_text())["step"])
-    if which == "latest":
-        if not steps:
-            raise ConfigError(f"run {run} has no checkpoint in {run_dir.checkpoints}")
-        which = str(steps[-1])
-    if int(which) not in steps:
-        listed = ", ".join(f"{run}@{s}" for s in steps) or "none"
-        raise ConfigError(f"run {run} has no checkpoint at step {which}; its checkpoints: {listed}")
-    return f"{run}@{int(which)}", run_dir.checkpoint(int(which))
-
-
-def promoted_model(home: Home) -> str:
-    """The champion `improve` recorded last (a path relative to the home, or the base model's name)."""
-    state = home.root / "improve" / "state.json"
-    if not state.exists():
-        raise ConfigError(f"no model promoted yet ({state} is missing): run python cli.py improve first")
-    return json.loads(state.read_text())["champion"]
-
-
-def resolve_served(home: Home, name: str) -> tuple[str, ModelRef, tuple[str, ...]]:
-    """A name -> (the id it is served as, its files, the other names it answers to)."""
-    if name == PROMOTED:
-        champion = promoted_model(home)
-        return PROMOTED, resolve_model(home, champion), (champion,)
-    match = RUN_AT.match(name)
-    if match:
-        canonical, path = checkpoint_path(home, match["run"], match["which"])
-        return canonical, resolve_model(home, str(path)), (name,) if name != canonical else ()
-    if (home.runs / name).is_dir() and not (home.models / name).exists():
-        canonical, path = checkpoint_path(home, name, "latest")
-        return canonical, resolve_model(home, str(path)), (name,)
-    ref = resolve_model(home, name)
-    return (ref.path.name, ref, (name,)) if is_path(name) else (name, ref, ())
-
-
-def is_path(name: str) -> bool:
-    """An absolute or home-relative filesystem path (served by its directory's name, never shown to clients)."""
-    return name.startswith(("/", "~")) or "\\" in name
-
-
 def plan(home: Home, names: list[str]) -> list[Served]:
     """Every model to serve, adapters' bases added; a name given twice, or two models under one id, is an error."""
     served: dict[str, Served] = {}
     for name in names:
-        model_id, ref, aliases = resolve_served(home, name)
-        if model_id in served:
-            raise ConfigError(f"{name} is served as {model_id}, a name already served; name each model once (a directory "
+        ref = resolve(home, name)
+        if ref.name in served:
+            raise ConfigError(f"{name} is served as {ref.name}, a name already served; name each model once (a directory "
                               "is served under its directory's name)")
-        served[model_id] = Served(model_id, ref, aliases)
+        served[ref.name] = Served(ref.name, ref, ref.aliases)
     by_path = {s.ref.path: s.id for s in served.values() if not s.ref.adapter}
     for item in list(served.values()):
         if not item.ref.adapter:
@@ -110,7 +47,7 @@ def plan(home: Home, names: list[str]) -> list[Served]:
         base = base.resolve()
         if base not in by_path:
             base_id = base.name if base.name not in served else f"{base.name}-base"
-            served[base_id] = Served(base_id, resolve_model(home, str(base)))
+            served[base_id] = Served(base_id, resolve(home, str(base)))
             by_path[base] = base_id
         served[item.id] = Served(item.id, item.ref, item.aliases, by_path[base])
     return list(served.values())

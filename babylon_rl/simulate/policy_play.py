@@ -37,16 +37,14 @@ class Player(Protocol):
 def open_player(home: Home, model: str, base_url: str | None, device: str, agents: int,
                 max_new_tokens: int = 32) -> tuple[Player, str]:
     """The model that plays, and its id in the logs: a served model's name, or a local model's path in the home."""
-    from babylon_rl.evaluate.policies import EndpointPolicy, LocalPolicy, resolve_model
+    from babylon_rl.evaluate.policies import EndpointPolicy, LocalPolicy
+    from babylon_rl.model_names import in_home, resolve
     from babylon_rl.train.models import resolve_device
 
     if base_url:
         return EndpointPolicy(base_url, model, model, max_new_tokens, concurrency=agents), model
-    ref = resolve_model(home, model)
-    try:
-        model_id = str(ref.path.relative_to(home.root))
-    except ValueError:
-        model_id = str(ref.path)
+    ref = resolve(home, model)
+    model_id = in_home(home, ref.path)
     return LocalPolicy(ref, model_id, max_new_tokens, agents, resolve_device(device)).load(), model_id
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
-from babylon_rl.evaluate.policies import ModelRef, resolve_model
+from babylon_rl.model_names import RUN_AT, ModelRef, resolve
 from babylon_rl.settings import Home, safe_name
 from babylon_rl.train.model_card import card_text
 from babylon_rl.train.pretrained import base_source
@@ -52,16 +52,6 @@ class ExportResult:
     hint: str
 
 
-def parse_run(home: Home, name: str) -> tuple[str, Path, ModelRef]:
-    """RUN, RUN@STEP, RUN@best or RUN@merged -> its canonical name, its run directory and its checkpoint."""
-    from babylon_rl.serve.registry import RUN_AT, checkpoint_path
-
-    match = RUN_AT.match(name)
-    run, which = (match["run"], match["which"]) if match else (safe_name(name, "run name"), "latest")
-    canonical, path = checkpoint_path(home, run, which)
-    return canonical, RunDir.for_run(home, run).root, resolve_model(home, str(path))
-
-
 def export_model(home: Home, name: str, fmt: str, to: Path | None, database_url: str | None = None,
                  dtype: str | None = None) -> ExportResult:
     """`dtype`: the weights' (None: the dtype the base was published in, else float32)."""
@@ -70,7 +60,10 @@ def export_model(home: Home, name: str, fmt: str, to: Path | None, database_url:
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     started = time.monotonic()
-    canonical, run_dir, ref = parse_run(home, name)
+    match = RUN_AT.match(name)
+    run = match["run"] if match else safe_name(name, "run name")
+    ref = resolve(home, name if match else f"{run}@latest")  # only a run's checkpoints are exported: RUN is RUN@latest
+    canonical, run_dir = ref.name, RunDir.for_run(home, run).root
     target = (to or home.root / "exports" / "models" / f"{canonical}-{fmt}").expanduser().resolve()
     _check_target(target)
     card = model_card(canonical, run_dir, ref, fmt, home, dtype)

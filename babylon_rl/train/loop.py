@@ -20,6 +20,7 @@ from rich.console import Console
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
+from babylon_rl.model_names import resolve, resolve_base
 from babylon_rl.settings import Home
 from babylon_rl.train.data import Group, Schedule, load_scored_dataset
 from babylon_rl.train.objectives import MENU_OBJECTIVES, Objective
@@ -228,15 +229,15 @@ def create_run(run: RunDir, config: TrainConfig) -> None:
     atomic.write_text(run.config, config.model_copy(update={"resume": False}).model_dump_json(indent=2))
 
 
-def resolve_model(home: Home, config: TrainConfig, console: Console) -> str:
+def _base_model(home: Home, config: TrainConfig, console: Console) -> str:
+    """The base model to train from (`resolve_base`), the default converted first when it is missing."""
     if config.backend == "torch":
-        from babylon_rl.train.models import resolve_base_model
         from babylon_rl.train.pretrained import DEFAULT_MODEL, init_default_model, model_dir
 
         if config.base_model == DEFAULT_MODEL and not (model_dir(home) / "config.json").exists():
             console.print(f"converting the default policy (SmolLM2-135M-Instruct) into {model_dir(home)} first (once, ~20 s)")
             init_default_model(home)
-        return resolve_base_model(home, config.base_model)
+        return resolve_base(home, config.base_model)
     return config.base_model  # ART loads hub ids on its own machine
 
 
@@ -248,7 +249,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     # data and run
     run, config = load_run(home, config)
     data = _load_data(home, config)
-    base_model = resolve_model(home, config, console)
+    base_model = _base_model(home, config, console)
     data = _drawn(_credited(data, config, base_model), config)
     init_adapter = None
     if config.init_from:
@@ -417,12 +418,11 @@ def warm_start(home: Home, config: TrainConfig, base_model: str) -> tuple[Path, 
     from transformers import AutoConfig
 
     from babylon_rl.dataset.dataset import Dataset
-    from babylon_rl.evaluate.policies import resolve_model as resolve_reference
 
     if config.objective not in MENU_OBJECTIVES:
         raise ConfigError(f"--init-from starts a menu objective ({', '.join(MENU_OBJECTIVES)}) from an adapter; "
                           f"--objective {config.objective} cannot start from one")
-    ref = resolve_reference(home, config.init_from)
+    ref = resolve(home, config.init_from)
     if not ref.adapter:
         raise ConfigError(f"--init-from {config.init_from}: {ref.path} is a whole model, not a LoRA adapter: name a run or a checkpoint")
     if ref.base_model and Path(ref.base_model).resolve() != Path(base_model).resolve():

@@ -1,42 +1,18 @@
-"""Finding and loading a base model: a local path, a model in HOME/models/, or a Hugging Face hub id."""
+"""Loading a model (`babylon_rl/model_names.py` finds it) on its device, LoRA on it, and its answers' log-probabilities."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.settings import Home
 
 SMALL_MODEL_PARAMETERS = 5_000_000  # below this one CPU thread is faster than several (no contention)
 LOGPROB_CHUNK = 256  # answer positions projected onto the vocabulary at a time (answer_logprobs)
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """Whether Hugging Face downloads are off (HF_HUB_OFFLINE): models load from the cache or a directory alone."""
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-
-
-def resolve_base_model(home: Home, value: str) -> str:
-    """A directory path (or one inside the home), a name in HOME/models, else the hub id (checked to be loadable)."""
-    for candidate in (Path(value).expanduser(), home.root / value, home.models / value):
-        if (candidate / "config.json").exists():
-            return str(candidate.resolve())
-    if Path(value).expanduser().exists():
-        raise ConfigError(f"{value} has no config.json: it is not a Hugging Face model directory")
-    from transformers import AutoConfig
-
-    offline = _offline()
-    try:
-        AutoConfig.from_pretrained(value, local_files_only=offline)
-    except (OSError, ValueError):
-        where = "not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE=1)" if offline else "cannot be downloaded"
-        raise ConfigError(
-            f"base model {value!r} is not a local model directory, not in {home.models} and {where}: "
-            "create a local one with python cli.py model init (SmolLM2-135M, offline) or "
-            "python cli.py model init-tiny --dataset NAME (then --base-model tiny), "
-            "or set HF_HUB_OFFLINE=0 on a machine with network"
-        ) from None
-    return value
 
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -59,7 +35,7 @@ def load_tokenizer(path: str):
     """The model's tokenizer alone (cheap: a trainer sizes its passes with it before the weights load)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=_offline())
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=hub_offline())
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -72,7 +48,7 @@ def load_causal_lm(path: str, device: str = "cpu"):
 
     hf_logging.disable_progress_bar()  # our own rich progress bar is the one to watch
     tokenizer = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=_offline(), dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=hub_offline(), dtype=torch.float32).to(device)
     set_threads(model)
     return model, tokenizer
 

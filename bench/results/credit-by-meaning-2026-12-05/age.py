@@ -9,7 +9,7 @@ from babylon_rl.evaluate.rules import fresh_headlines, CLOCK, NEWS_LINE
 from babylon_rl.settings import Home
 from babylon_rl.train.credit import HeadlineEmbedder, credit
 from babylon_rl.train.decisions import Task, load_decision_data
-from babylon_rl.train.models import resolve_base_model
+from babylon_rl.model_names import resolve_base
 home = Home.resolve(Path("/tmp/qs/s0"))
 data = load_decision_data(home, "quickstart")
 def age(task):
@@ -22,7 +22,7 @@ for split, tasks in (("validation", data.validation), ("eval", None)):
     if tasks is None:
         es = load_eval_set(Dataset.open(home, "quickstart"))
         tasks = [Task.from_decision(d, es.truths[d.window_id]) for d in es.decisions]
-    found = credit(data.train, tasks, HeadlineEmbedder(resolve_base_model(home, "smollm2-135m")))
+    found = credit(data.train, tasks, HeadlineEmbedder(resolve_base(home, "smollm2-135m")))
     buckets = {}
     for t in tasks:
         latest = next(fresh_headlines(t.request), None)

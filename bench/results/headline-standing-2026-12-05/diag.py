@@ -17,8 +17,8 @@ for t in data.validation:
     if t.situation[1] is None or t.situation in seen:
         continue
     seen.add(t.situation); tasks.append(t)
-from babylon_rl.serve.registry import checkpoint_path
-adapters = [checkpoint_path(home, r, "best")[1] for r in runs]
+from babylon_rl.model_names import resolve
+adapters = [resolve(home, f"{r}@best").path for r in runs]
 print("adapters", adapters)
 base = str(home.models / "smollm2-135m")
 ranker = MenuRanker(base, adapters, 50, "cpu", home.root / ".cache" / "frozen-states")
