@@ -111,6 +111,8 @@ def train_kwargs(kind: str, options: ArtOptions) -> dict:
 class ArtTrainer:
     """Runs each step through `backend.train`; ART stores the weights, our checkpoints record where."""
 
+    plan = None  # no memory plan: the model trains on ART's machine, not in this process
+
     def __init__(self, kind: str, base_model: str, run_name: str, run_dir: Path, options: ArtOptions,
                  backend_factory: Callable[[str], Any] | None = None) -> None:
         art = import_art()

@@ -54,6 +54,7 @@ from babylon_rl.train.credit import company_names
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack, shared_prefix
 from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE, Task, longest_prompts
 from babylon_rl.train.menu_losses import HOLD_INDEX, LOSSES, MenuBatch, counterfactual, imitate, margins
+from babylon_rl.train.step import optimizer_step, slices
 from babylon_rl.train.torch_backend import Checkpoints
 
 
@@ -537,19 +538,14 @@ class MenuTrainer(Checkpoints):
 
         o = self.options
         started = time.monotonic()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        total, chosen = 0.0, []
-        for start in range(0, len(items), o.micro_batch):
-            part = items[start : start + o.micro_batch]
+        chosen: list[int] = []
+
+        def loss_of(part: list[MenuItem]):
             loss, logp = self._loss(part)
-            loss = loss * len(part) / len(items)
-            loss.backward()
-            total += float(loss.detach())
-            chosen += logp.detach().argmax(1).tolist()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
-        self.optimizer.step()
-        self.model.eval()
+            chosen.extend(logp.detach().argmax(1).tolist())
+            return loss * len(part) / len(items)
+
+        total, grad_norm = optimizer_step(self.model, self.optimizer, self.params, o.max_grad_norm, slices(items, o.micro_batch), loss_of)
         self.steps += 1
         with torch.no_grad():
             decay = min(o.ema, self.steps / (self.steps + 10)) if o.ema else 0.0

@@ -42,6 +42,7 @@ from babylon_rl.policy import PromptBatch, answer_logprobs, decode_answers, enco
 from babylon_rl.train import memory
 from babylon_rl.evaluate.scoring import Outcome
 from babylon_rl.train.decisions import LONGEST_SAMPLE, StepResult, Task, longest_prompts
+from babylon_rl.train.step import optimizer_step, slices
 from babylon_rl.train.torch_backend import Checkpoints
 
 SPREAD_EPS = 1e-6  # a decision whose answers' rewards spread less than this teaches nothing
@@ -182,25 +183,20 @@ class GrpoTrainer(Checkpoints):
 
     def imitate_step(self, tasks: list[Task]) -> StepResult:
         """One supervised step on the logged agents' answers to the same compact prompts (the imitation baseline)."""
-        import torch
-
         o = self.options
         started = time.monotonic()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_total, tokens_seen = 0.0, 0
-        for start in range(0, len(tasks), o.micro_batch):
-            part = tasks[start : start + o.micro_batch]
+        tokens_seen = 0
+
+        def loss_of(part: list[Task]):
+            nonlocal tokens_seen
             batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
             answers, mask = encode_answers(self.tokenizer, [t.logged_answer for t in part], o.device)
             logp = answer_logprobs(self.model, batch, answers, mask, 1)
-            loss = -(masked_mean(logp, mask.float())).sum() / len(tasks)
-            loss.backward()
-            loss_total += float(loss.detach())
             tokens_seen += int(batch.attention.sum()) + int(mask.sum())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
-        self.optimizer.step()
-        self.model.eval()
+            return -(masked_mean(logp, mask.float())).sum() / len(tasks)
+
+        parts = slices(tasks, o.micro_batch)
+        loss_total, grad_norm = optimizer_step(self.model, self.optimizer, self.params, o.max_grad_norm, parts, loss_of)
         return StepResult(loss_total, 0.0, grad_norm, tokens_seen, time.monotonic() - started,
                           {t.trajectory_id: 0.0 for t in tasks}, 0.0, 1.0, 0.0, len(tasks), 0)
 
@@ -210,30 +206,29 @@ class GrpoTrainer(Checkpoints):
 
         o = self.options
         started = time.monotonic()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_total, tokens_seen = 0.0, 0
-        expected_reward, expected_correct, menu_mass = [], [], []
-        for start in range(0, len(tasks), o.micro_batch):
-            part = tasks[start : start + o.micro_batch]
+        tokens_seen = 0
+        expected_reward: list[float] = []
+        expected_correct: list[float] = []
+        menu_mass: list[float] = []
+
+        def loss_of(part: list[Task]):
+            nonlocal tokens_seen
             menu = MenuBatch.price(part, o.device)
             batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
             answers, mask = encode_answers(self.tokenizer, menu.answers, o.device)
             logp = (answer_logprobs(self.model, batch, answers, mask, menu.width) * mask).sum(1).view(len(part), menu.width)
             target = torch.softmax((menu.rewards / o.reward_temperature).masked_fill(~menu.present, -torch.inf), 1)
-            loss = -(target * logp.masked_fill(~menu.present, 0.0)).sum() / len(tasks)
-            loss.backward()
-            loss_total += float(loss.detach())
             tokens_seen += int(batch.attention.sum()) + int(mask.sum())
             with torch.no_grad():  # what the policy would score, answering from the menu with its own odds
                 on_menu = logp.detach().masked_fill(~menu.present, -torch.inf)
                 policy = torch.softmax(on_menu, 1)
-                expected_reward += (policy * menu.rewards.masked_fill(~menu.present, 0.0)).sum(1).tolist()
-                expected_correct += (policy * menu.correct).sum(1).tolist()
-                menu_mass += on_menu.logsumexp(1).exp().tolist()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
-        self.optimizer.step()
-        self.model.eval()
+                expected_reward.extend((policy * menu.rewards.masked_fill(~menu.present, 0.0)).sum(1).tolist())
+                expected_correct.extend((policy * menu.correct).sum(1).tolist())
+                menu_mass.extend(on_menu.logsumexp(1).exp().tolist())
+            return -(target * logp.masked_fill(~menu.present, 0.0)).sum() / len(tasks)
+
+        parts = slices(tasks, o.micro_batch)
+        loss_total, grad_norm = optimizer_step(self.model, self.optimizer, self.params, o.max_grad_norm, parts, loss_of)
         by_trajectory: dict[str, list[float]] = {}
         for task, value in zip(tasks, expected_reward):
             by_trajectory.setdefault(task.trajectory_id, []).append(value)
@@ -244,7 +239,7 @@ class GrpoTrainer(Checkpoints):
     def grpo_step(self, tasks: list[Task]) -> StepResult:
         """Sample k answers per decision, price them, then update on the decisions whose answers scored differently."""
         started = time.monotonic()
-        rollouts = [self._rollout(tasks[i : i + self.options.micro_batch]) for i in range(0, len(tasks), self.options.micro_batch)]
+        rollouts = [self._rollout(part) for part in slices(tasks, self.options.micro_batch)]
         sampled = time.monotonic()
         loss, kl, grad_norm, tokens = self._update([r for r in rollouts if r.used])
         rewards = np.concatenate([r.rewards for r in rollouts])  # [decisions, k]
@@ -281,32 +276,29 @@ class GrpoTrainer(Checkpoints):
         sequences = sum(r.used for r in rollouts) * o.samples  # the loss is a mean over the answers of decisions with a spread
         references = [self._reference_logprobs(r.batch, r.tokens, r.mask) for r in rollouts]
         olds: list = [None] * len(rollouts)
-        loss_total = kl_total = grad_norm = 0.0
-        tokens = 0
-        self.model.train()
-        for _ in range(o.inner_epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            for i, r in enumerate(rollouts):
-                advantage = torch.tensor(r.advantages.reshape(-1), dtype=torch.float32, device=o.device)[:, None]
-                rows = torch.tensor(r.rows, device=o.device)
-                mask = r.mask.float()
-                logp = answer_logprobs(self.model, r.batch, r.tokens, r.mask, o.samples)
-                if olds[i] is None:
-                    olds[i] = logp.detach()
-                ratio = torch.exp(logp - olds[i])
-                per_token = -torch.min(ratio * advantage, ratio.clamp(1 - o.clip_eps, 1 + o.clip_eps) * advantage)
-                if references[i] is not None:
-                    delta = references[i] - logp
-                    kl = torch.exp(delta) - delta - 1  # k3 estimator of KL(policy || base)
-                    per_token = per_token + o.kl_coef * kl
-                    kl_total += float((masked_mean(kl.detach(), mask) * rows).sum()) / (sequences * o.inner_epochs)
-                loss = (masked_mean(per_token, mask) * rows).sum() / sequences
-                loss.backward()
-                loss_total += float(loss.detach()) / o.inner_epochs
-                tokens += int(r.batch.attention.sum()) + int(mask.sum())
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm))
-            self.optimizer.step()
-        self.model.eval()
+        kl_total, tokens = 0.0, 0
+
+        def loss_of(i: int):
+            nonlocal kl_total, tokens
+            r = rollouts[i]
+            advantage = torch.tensor(r.advantages.reshape(-1), dtype=torch.float32, device=o.device)[:, None]
+            rows = torch.tensor(r.rows, device=o.device)
+            mask = r.mask.float()
+            logp = answer_logprobs(self.model, r.batch, r.tokens, r.mask, o.samples)
+            if olds[i] is None:
+                olds[i] = logp.detach()
+            ratio = torch.exp(logp - olds[i])
+            per_token = -torch.min(ratio * advantage, ratio.clamp(1 - o.clip_eps, 1 + o.clip_eps) * advantage)
+            if references[i] is not None:
+                delta = references[i] - logp
+                kl = torch.exp(delta) - delta - 1  # k3 estimator of KL(policy || base)
+                per_token = per_token + o.kl_coef * kl
+                kl_total += float((masked_mean(kl.detach(), mask) * rows).sum()) / (sequences * o.inner_epochs)
+            tokens += int(r.batch.attention.sum()) + int(mask.sum())
+            return (masked_mean(per_token, mask) * rows).sum() / sequences
+
+        loss_total, grad_norm = optimizer_step(self.model, self.optimizer, self.params, o.max_grad_norm, range(len(rollouts)), loss_of,
+                                               o.inner_epochs)
         return loss_total, kl_total, grad_norm, tokens
 
     def _reference_logprobs(self, batch: PromptBatch, answers, mask):

@@ -12,7 +12,7 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Hashable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
@@ -27,6 +27,12 @@ from babylon_rl.train.objectives import MENU_OBJECTIVES, Objective
 from babylon_rl.train.runs import RunDir
 from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
+
+if TYPE_CHECKING:
+    from babylon_rl.train.cached import MenuOptions
+    from babylon_rl.train.decisions import StepResult
+    from babylon_rl.train.memory import Plan
+    from babylon_rl.train.torch_backend import StepStats
 
 
 # What an option left unset means. Distill's recipe is the one-block student measured to teach on 2 cores
@@ -153,29 +159,40 @@ class TrainResult:
         return self.steps - self.resumed_at
 
 
+class Trainer(Protocol):
+    """What the loop needs of a trainer (torch_backend, grpo, cached, population, art_backend): a step on a batch of the
+    train split (windows of logged trajectories, or decisions), a score on the validation sample, checkpoints."""
+
+    plan: Plan | None  # its estimated peak memory, printed before the first step; None where it made none
+
+    def train_step(self, batch: list) -> StepStats | StepResult: ...
+
+    def evaluate(self, validation: list) -> dict: ...
+
+    def save(self, directory: Path, state: dict) -> Path: ...
+
+    def load(self, directory: Path) -> dict: ...
+
+    def save_merged(self, directory: Path) -> Path: ...
+
+
+class Population(Trainer, Protocol):
+    """A population of settings trained side by side (train/population.py)."""
+
+    last_members: list[dict]  # each member's figures at the last step
+
+    def evolve(self, validation: list, step: int) -> dict: ...
+
+
 def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[list, list] = ([], []), art_factory=None,
-                 init_adapter: Path | None = None, states_dir: Path | None = None):
-    """The trainer for this config; a decision trainer sizes its memory by the train and validation decisions it
-    will see (`scheduled`); a menu trainer starts from `init_adapter` when given (`warm_start`) and keeps its frozen
-    states in `states_dir` across processes."""
+                 init_adapter: Path | None = None, states_dir: Path | None = None) -> Trainer:
+    """The trainer for this config (a population's is `make_population`'s); a decision trainer sizes its memory by
+    the train and validation decisions it will see (`scheduled`); a menu trainer starts from `init_adapter` when given
+    (`warm_start`) and keeps its frozen states in `states_dir` across processes."""
     if config.objective in MENU_OBJECTIVES:
-        from babylon_rl.train.cached import MenuOptions, MenuTrainer
-        from babylon_rl.train.models import resolve_device
+        from babylon_rl.train.cached import MenuTrainer
 
-        if not 0 < config.train_layers:
-            raise ConfigError(f"--objective {config.objective} trains the top --train-layers blocks from their frozen input: give it 1 or more")
-        options = MenuOptions(
-            objective=MENU_OBJECTIVES[config.objective],
-            learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
-            hold_weight=config.hold_weight, trade_cost=config.trade_cost, anchor=config.anchor, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
-            seed=config.seed,
-            device=resolve_device(config.device))
-        if config.population:
-            from babylon_rl.train.population import PopulationTrainer
-
-            return PopulationTrainer(base_model, options, population_options(config), config.groups_per_step, *seen,
-                                     init_adapter=init_adapter, states_dir=states_dir)
-        return MenuTrainer(base_model, options, *seen, init_adapter=init_adapter, states_dir=states_dir)
+        return MenuTrainer(base_model, menu_options(config), *seen, init_adapter=init_adapter, states_dir=states_dir)
     if config.on_decisions:
         from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
         from babylon_rl.train.models import resolve_device
@@ -199,6 +216,30 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
 
     return ArtTrainer(config.backend, base_model, config.name, run.root,
                       ArtOptions(config.learning_rate, config.kl_coef, config.clip_eps), art_factory)
+
+
+def menu_options(config: TrainConfig) -> MenuOptions:
+    """A menu objective's options (train/cached.py), refused in one line without a block to train."""
+    from babylon_rl.train.cached import MenuOptions
+    from babylon_rl.train.models import resolve_device
+
+    if not 0 < config.train_layers:
+        raise ConfigError(f"--objective {config.objective} trains the top --train-layers blocks from their frozen input: give it 1 or more")
+    return MenuOptions(
+        objective=MENU_OBJECTIVES[config.objective],
+        learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
+        hold_weight=config.hold_weight, trade_cost=config.trade_cost, anchor=config.anchor, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
+        seed=config.seed,
+        device=resolve_device(config.device))
+
+
+def make_population(config: TrainConfig, base_model: str, seen: tuple[list, list], init_adapter: Path | None = None,
+                    states_dir: Path | None = None) -> Population:
+    """`--population`'s trainer: `make_trainer`'s menu trainer, as many members side by side."""
+    from babylon_rl.train.population import PopulationTrainer
+
+    return PopulationTrainer(base_model, menu_options(config), population_options(config), config.groups_per_step, *seen,
+                             init_adapter=init_adapter, states_dir=states_dir)
 
 
 def load_run(home: Home, config: TrainConfig) -> tuple[RunDir, TrainConfig]:
@@ -272,9 +313,10 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
 
     # model, and where a resumed run left off
     validation = validation_sample(data.validation, config.validation_decisions, config.seed)  # never the eval split
-    trainer = make_trainer(config, base_model, run, (scheduled(data, schedule, total_steps), validation) if config.on_decisions else ([], []),
-                           art_factory, init_adapter, home.frozen_states)
-    if getattr(trainer, "plan", None):
+    seen = (scheduled(data, schedule, total_steps), validation) if config.on_decisions else ([], [])
+    population = make_population(config, base_model, seen, init_adapter, home.frozen_states) if config.population else None
+    trainer = population or make_trainer(config, base_model, run, seen, art_factory, init_adapter, home.frozen_states)
+    if trainer.plan:
         from babylon_rl.train.memory import headroom
 
         room, bound = headroom()
@@ -292,7 +334,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     trained_ids: list[str] = []
     with Tracker(run.root, config.name, public_config(config.model_dump()), data.manifest, console,
                  total_steps, start_step=state["step"]) as tracker:
-        ctx = _Loop(config, validation, run, trainer, writeback, tracker, state, console, base_model)
+        ctx = _Loop(config, validation, run, trainer, population, writeback, tracker, state, console, base_model)
         in_flight: int | None = None
         try:
             while state["step"] < total_steps:
@@ -319,8 +361,8 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
                 metrics = _on_policy_metrics(step, schedule, stats, config.learning_rate) if config.on_decisions else \
                     _metrics(step, schedule, groups, used, stats, config.learning_rate)
                 tracker.log_step(metrics)
-                if config.population:
-                    tracker.log_members(step, trainer.last_members)
+                if population:
+                    tracker.log_members(step, population.last_members)
                 ctx.after_step(step, total_steps)
         except KeyboardInterrupt:
             ctx.on_failure(in_flight, "interrupted", save=True)
@@ -486,7 +528,8 @@ class _Loop:
     config: TrainConfig
     validation: list  # the validation sample every selection pass answers; never the eval split
     run: RunDir
-    trainer: object
+    trainer: Trainer
+    population: Population | None  # the trainer again, where it is a population
     writeback: WriteBack | None
     tracker: Tracker
     state: dict
@@ -495,8 +538,8 @@ class _Loop:
     last_eval: dict = field(default_factory=dict)
 
     def after_step(self, step: int, total: int) -> None:
-        if self.config.population:
-            self.after_population_step(step, total)
+        if self.population:
+            self.after_population_step(self.population, step, total)
             return
         eval_due = bool(self.config.eval_every and step % self.config.eval_every == 0)
         # --keep-best chooses among checkpoints: every evaluated step is one, or it could only choose at --checkpoint-every
@@ -507,12 +550,12 @@ class _Loop:
         if checkpoint_due:
             self.checkpoint(step)
 
-    def after_population_step(self, step: int, total: int) -> None:
+    def after_population_step(self, population: Population, step: int, total: int) -> None:
         """At each evolution (and the last step): every member scored on validation, the tournament, a checkpoint of
         the elite with the whole population beside it; the best elite so far is the run's best checkpoint."""
         if step % self.config.evolve_every and step != total:
             return
-        evolution = self.trainer.evolve(self.validation, step)
+        evolution = population.evolve(self.validation, step)
         self.last_eval = {k: v for k, v in evolution.items() if k != "hyper"}
         self.console.print(f"evolution at step {step}: best {evolution['score']:+.3f} mean {evolution['mean_score']:+.3f}; "
                            f"elite {evolution['member']}: {evolution['hyper']}")

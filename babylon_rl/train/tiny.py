@@ -20,6 +20,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.settings import Home, safe_name
 from babylon_rl.train.data import dataset_texts, encode_chunks, pad_encoded
 from babylon_rl.train.models import answer_logits, set_threads
+from babylon_rl.train.step import optimizer_step
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -127,26 +128,24 @@ def supervised_fine_tune(model, tokenizer, examples: list, steps: int, lr: float
                          on_step=None) -> float:
     """`steps` AdamW steps on random batches of encoded examples, loss on the answer tokens only; returns the last loss.
 
-    `on_step(step, loss)` is called after every step (the model is back in train mode at the next one).
+    `on_step(step, loss)` is called after every step.
     """
     import torch
 
+    def loss_of(batch: list) -> torch.Tensor:
+        ids, attention, mask = pad_encoded(batch, tokenizer.pad_token_id)
+        logits, targets = answer_logits(model, ids, attention, mask[:, 1:])
+        return torch.nn.functional.cross_entropy(logits, targets)
+
     rng = random.Random(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     loss_value = float("nan")
     for step in range(steps):
-        model.train()
-        ids, attention, mask = pad_encoded(rng.sample(examples, min(batch_size, len(examples))), tokenizer.pad_token_id)
-        logits, targets = answer_logits(model, ids, attention, mask[:, 1:])
-        loss = torch.nn.functional.cross_entropy(logits, targets)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        loss_value = float(loss.detach())
+        batch = rng.sample(examples, min(batch_size, len(examples)))
+        loss_value, _ = optimizer_step(model, optimizer, params, 1.0, [batch], loss_of)
         if on_step:
             on_step(step + 1, loss_value)
-    model.eval()
     return loss_value
 
 

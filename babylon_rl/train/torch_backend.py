@@ -43,6 +43,7 @@ from babylon_rl.hashing import file_sha256 as sha256
 from babylon_rl.train.data import Encoded, Group, encode_chunks, pad_encoded
 from babylon_rl.train import memory
 from babylon_rl.train.models import answer_logprobs, load_causal_lm, lora_model
+from babylon_rl.train.step import optimizer_step
 
 ADAPTER_FILE = "adapter_model.safetensors"
 FULL_MODEL_FILE = "model.safetensors"  # lora_r = 0: the whole model is the checkpoint
@@ -272,19 +273,18 @@ class TorchTrainer(Checkpoints):
         advantages = [torch.tensor([it.advantage for it in chunk]).unsqueeze(1) for chunk in chunks]
         weights = [torch.tensor([it.weight for it in chunk]) for chunk in chunks]
         old, ref = self._reference_logprobs(tensors)
-        self.model.train()
-        total_loss = total_kl = 0.0
-        grad_norm = 0.0
-        for _ in range(self.options.inner_epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            for (ids, attention, mask), adv, weight, old_lp, ref_lp in zip(tensors, advantages, weights, old, ref):
-                loss, kl = self._loss(ids, attention, mask, adv, weight, old_lp, ref_lp)
-                loss.backward()
-                total_loss += float(loss.detach()) / self.options.inner_epochs
-                total_kl += kl / self.options.inner_epochs
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.options.max_grad_norm))
-            self.optimizer.step()
-        self.model.eval()
+        total_kl = 0.0
+
+        def loss_of(part: tuple):
+            nonlocal total_kl
+            (ids, attention, mask), adv, weight, old_lp, ref_lp = part
+            loss, kl = self._loss(ids, attention, mask, adv, weight, old_lp, ref_lp)
+            total_kl += kl / self.options.inner_epochs
+            return loss
+
+        parts = list(zip(tensors, advantages, weights, old, ref))
+        total_loss, grad_norm = optimizer_step(self.model, self.optimizer, self.params, self.options.max_grad_norm, parts, loss_of,
+                                               self.options.inner_epochs)
         tokens = sum(len(it.encoded.input_ids) for it in items)
         trained = sum(sum(it.encoded.assistant_mask) for it in items)
         return StepStats(total_loss, total_kl, grad_norm, tokens, trained, time.monotonic() - started)
