@@ -13,6 +13,7 @@ import click
 from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError, ConfigError
+from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from babylon_rl.judge.options import JUDGES, ScoreOptions
 from babylon_rl.train.objectives import OBJECTIVES
 
@@ -499,12 +500,15 @@ def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None
                    "over it alone is a 400. The default keeps SmolLM2-135M's KV cache under ~1.5 GB.")
 @click.option("--request-timeout", type=click.FloatRange(0), default=300.0, show_default=True, metavar="SECONDS",
               help="A request not answered in time gets 504 and its work stops (a stream: an error event); 0: no limit.")
+@click.option("--prefix-cache-mb", type=click.IntRange(0), default=DEFAULT_PREFIX_CACHE_MB, show_default=True,
+              help="Memory for the frozen blocks' work on earlier game-decision prompts: a prompt that opens as one of them "
+                   "did runs only the rest (the system turn, a tick's prices and news). 0: every prompt whole, in padded batches.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.pass_obj
 @error_handler
 def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, api_key: str | None, max_batch: int,
           batch_wait_ms: float, max_queue: int, max_tokens: int, max_batch_tokens: int, request_timeout: float,
-          device: str) -> None:
+          prefix_cache_mb: int, device: str) -> None:
     """Serve models on an OpenAI-compatible endpoint: POST /v1/chat/completions, GET /v1/models, GET /health.
 
     \b
@@ -528,7 +532,8 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
 
     options = ServeOptions(host=host, port=port, api_key=api_key or None, device=device, max_batch=max_batch,
                            batch_wait_ms=batch_wait_ms, max_queue=max_queue, max_tokens=max_tokens,
-                           max_batch_tokens=max_batch_tokens, request_timeout=request_timeout or None)
+                           max_batch_tokens=max_batch_tokens, request_timeout=request_timeout or None,
+                           prefix_cache_mb=prefix_cache_mb)
     sys.exit(obj.serve(list(models) or ["smollm2-135m"], options))
 
 

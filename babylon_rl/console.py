@@ -379,7 +379,7 @@ class TerminalConsole(Console):
         key = "required (Authorization: Bearer KEY)" if options.api_key else "none"
         timeout = f"{options.request_timeout:g} s" if options.request_timeout else "none"
         self.print(f"serving {url} (batches of up to {options.max_batch} requests and {options.max_batch_tokens:,} tokens, "
-                   f"queue {options.max_queue}, timeout {timeout}, API key: {key}); "
+                   f"queue {options.max_queue}, timeout {timeout}, prefix cache {options.prefix_cache_mb} MB, API key: {key}); "
                    "GET /health answers 200 once the weights are loaded", markup=False)
 
     def exported(self, result) -> None:

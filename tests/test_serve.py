@@ -94,6 +94,17 @@ def test_a_game_request_gets_the_in_process_answer_with_the_games_market_ids(ser
     assert base.usage.prompt_tokens == 232 and base.usage.total_tokens == 232 + base.usage.completion_tokens
 
 
+def test_a_prompt_that_opens_as_an_earlier_one_reuses_its_work_and_health_counts_it(server, client):
+    """The same game request twice: the second runs the frozen blocks over its last prompt token only."""
+    before = _work(server)
+    answers = [client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=0, max_tokens=32)
+               for _ in range(2)]
+    after = _work(server)
+    assert answers[0].choices[0].message.content == answers[1].choices[0].message.content
+    assert after["decision_prompt_tokens"] - before["decision_prompt_tokens"] == 2 * 232
+    assert after["reused_prompt_tokens"] - before["reused_prompt_tokens"] >= 231
+
+
 def test_n_answers_with_a_seed_are_reproducible(client):
     def ask():
         return client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=1.0, top_p=0.9,
@@ -265,9 +276,9 @@ def test_user_mistakes_get_openai_shaped_errors_never_a_500(server, client):
 
 @pytest.fixture(scope="module")
 def guarded(smollm2_run_home):
-    """A second server: a key from the environment, one request at a time, one waiting."""
+    """A second server: a key from the environment, one request at a time, one waiting, no prefix cache."""
     process = ServeProcess(smollm2_run_home, "smollm2-135m", "--max-batch", "1", "--max-queue", "1", "--batch-wait-ms", "0",
-                           env={"BABYLON_RL_API_KEY": KEY})
+                           "--prefix-cache-mb", "0", env={"BABYLON_RL_API_KEY": KEY})
     process.wait_ready()
     yield process
     process.stop()
@@ -283,6 +294,7 @@ def test_a_key_guards_v1_but_not_health_and_never_reaches_the_log(guarded):
     right = openai.OpenAI(base_url=guarded.base_url, api_key=KEY, max_retries=0)
     assert [m.id for m in right.models.list().data] == ["smollm2-135m"]
     assert KEY not in guarded.output() and "API key: required" in guarded.output()
+    assert "prefix cache 0 MB" in guarded.output()
 
 
 def test_a_full_queue_is_answered_429_with_retry_after(guarded):
@@ -294,6 +306,8 @@ def test_a_full_queue_is_answered_429_with_retry_after(guarded):
         responses = list(pool.map(ask, range(6)))
     codes = sorted(r.status_code for r in responses)
     assert codes.count(200) >= 2 and 429 in codes and set(codes) <= {200, 429}
+    work = _work(guarded)
+    assert work["decision_prompt_tokens"] >= 2 * 232 and work["reused_prompt_tokens"] == 0  # --prefix-cache-mb 0
     for r in responses:
         if r.status_code == 429:
             assert r.headers["retry-after"] == "1" and _error(r)["type"] == "rate_limit_error"

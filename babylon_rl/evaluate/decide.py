@@ -65,11 +65,14 @@ class Decider:
     """A model (its adapter, if any, switched on by the caller) choosing each decision's answer from its valid menu."""
 
     def __init__(self, model, tokenizer, train_layers: int, device: str, shares: int = DEFAULT_SHARES,
-                 batch: int = 16) -> None:
+                 batch: int = 16, prefix_cache=None) -> None:
+        """`prefix_cache` (`evaluate/prefix_cache.PrefixCache`): the frozen blocks' work on earlier prompts, reused where a
+        prompt opens as one of them did (`serve`); None runs every prompt whole, in batches of `batch`."""
         from babylon_rl.train.frozen import SplitModel, bottom_dtype
 
         self.tokenizer, self.device, self.shares, self.batch = tokenizer, device, shares, batch
         self.split = SplitModel(model, train_layers, bottom_dtype(device))
+        self.prefix_cache = prefix_cache
 
     def menus(self, prompts: Sequence[DecisionPrompt]) -> list[list[str]]:
         return [valid_menu(p, self.shares) for p in prompts]
@@ -92,7 +95,10 @@ class Decider:
         with torch.no_grad():
             for start in range(0, len(order), self.batch):
                 part = [items[j] for j in order[start : start + self.batch]]
-                cache_states(self.split, part, self.batch, self.device)
+                if self.prefix_cache is not None:
+                    self.prefix_cache.fill(self.split, part, self.device)
+                else:
+                    cache_states(self.split, part, self.batch, self.device)
                 logp, _ = menu_logprobs(self.split, part, self.device)
                 for j, row in zip(order[start : start + self.batch], logp.tolist()):
                     out[asked[j]] = row[: len(menus[asked[j]])]

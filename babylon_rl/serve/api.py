@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from babylon_rl.model_names import is_path
 from babylon_rl.serve import bounds, streaming
 from babylon_rl.serve.engine import DEFAULT_MAX_BATCH_TOKENS, Batcher, Job, QueueFull, Sampling
@@ -51,6 +53,7 @@ class ServeOptions:
     max_queue: int = 64
     max_tokens: int = 512  # the most a request may ask for
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS  # a batch's rows x (prompt + max_tokens), padded
+    prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB  # earlier decision prompts' frozen-block work kept (0: none)
     request_timeout: float | None = 300.0  # seconds to the answer (a stream: to its first token, then to its end)
     graceful_seconds: int = 60  # SIGTERM: in-flight requests get this long to finish
 
@@ -93,7 +96,8 @@ def create_app(state: State) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         options = state.options
-        state.batcher = Batcher(options.max_batch, options.batch_wait_ms / 1000, options.max_queue, options.max_batch_tokens)
+        state.batcher = Batcher(options.max_batch, options.batch_wait_ms / 1000, options.max_queue, options.max_batch_tokens,
+                                options.prefix_cache_mb << 20)
         task = asyncio.create_task(state.batcher.run())
         threading.Thread(target=state.load, name="babylon-load", daemon=True).start()
         yield
@@ -285,10 +289,19 @@ def _response(body: ChatRequest, model_id: str, prepared: Prepared, prompt_token
 
 
 # -- running it ------------------------------------------------------------------------------
+# oneDNN (torch's CPU matmuls) keeps a compiled primitive for every shape it meets, up to 1,024 of them; every prompt
+# length is a new shape, so a server that answers prompts one at a time (the prefix cache's way) grew without bound
+# by hundreds of MB. 64 kept primitives cost no speed (docs/BENCHMARKS.md#serve); read at the first matmul, so set
+# here, and an environment that names them wins.
+ONEDNN_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
+
+
 def serve(plan: list[Served], options: ServeOptions, on_listening=lambda url: None) -> int:
     """Serve until SIGTERM or Ctrl-C (uvicorn finishes in-flight requests first); 2 if the weights could not load."""
     import uvicorn
 
+    for name, value in ONEDNN_CACHES.items():
+        os.environ.setdefault(name, value)
     state = State(plan, options)
     config = uvicorn.Config(create_app(state), host=options.host, port=options.port, log_level="info", access_log=True,
                             timeout_graceful_shutdown=options.graceful_seconds, lifespan="on")

@@ -11,6 +11,10 @@ A request's seed seeds a generator of its own (`torch.Generator`), and every tok
 drawn from it alone (sampling row by row), so the same request with the same seed gets the same
 answers alone or batched with any others; seeds do not split a batch.
 
+A game decision's prompt that opens as an earlier one did (the system turn; a tick's prices and news) runs the frozen
+blocks over the rest of it only (`evaluate/prefix_cache.py`, `prefix_cache_bytes` of them kept, one cache for the
+adapters of one base).
+
 A streaming request (`Job.on_text`) gets a chat answer's text as its tokens come, step by step
 (`prompting.streamable`: the part no later token can change); a game decision is chosen from its
 menu in one pass, so it comes whole when chosen.
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish, streamable
 from babylon_rl.serve.registry import Loaded
 
@@ -100,13 +105,16 @@ def batch_tokens(jobs: list[Job]) -> int:
 @dataclass
 class Work:
     """What the model did: requests run, requests dropped before their turn, requests stopped while running, tokens
-    generated (counted from the model's thread; read as they are)."""
+    generated, game decisions' prompt tokens and those of them whose frozen-block work an earlier prompt's gave
+    (`evaluate/prefix_cache.py`); counted from the model's thread, read as they are."""
 
     batches: int = 0
     requests: int = 0
     dropped: int = 0
     stopped: int = 0
     tokens: int = 0
+    decision_prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0
 
 
 class QueueFull(Exception):
@@ -115,8 +123,9 @@ class QueueFull(Exception):
 
 class Batcher:
     def __init__(self, max_batch: int, batch_wait: float, max_queue: int,
-                 max_tokens: int = DEFAULT_MAX_BATCH_TOKENS) -> None:
+                 max_tokens: int = DEFAULT_MAX_BATCH_TOKENS, prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_MB << 20) -> None:
         self.max_batch, self.batch_wait, self.max_queue, self.max_tokens = max_batch, batch_wait, max_queue, max_tokens
+        self.prefix_cache_bytes = prefix_cache_bytes
         self.waiting: deque[Job] = deque()
         self.arrived = asyncio.Event()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="babylon-model")
@@ -148,7 +157,7 @@ class Batcher:
                 job.started.set_result(None)
         self.work.requests += len(group)
         try:
-            results = await loop.run_in_executor(self.executor, run_group, group, self.work)
+            results = await loop.run_in_executor(self.executor, run_group, group, self.work, self.prefix_cache_bytes)
         except Exception as exc:  # noqa: BLE001 (the requests get a 500 in OpenAI's shape; the server goes on)
             for job in group:
                 if not job.future.done():
@@ -207,16 +216,17 @@ def _groups(jobs: list[Job]) -> list[list[Job]]:
     return list(groups.values())
 
 
-def run_group(jobs: list[Job], work: Work | None = None) -> list[list[Choice]]:
+def run_group(jobs: list[Job], work: Work | None = None, prefix_cache_bytes: int = 0) -> list[list[Choice]]:
     """One pass of the model over jobs of one key: their prompts padded into one batch, n answers each; game decisions
-    chosen from their valid menus (`run_decisions`). A job given up on ends at the next token; `work` counts tokens."""
+    chosen from their valid menus (`run_decisions`, reusing up to `prefix_cache_bytes` of earlier prompts' work). A job
+    given up on ends at the next token; `work` counts tokens."""
     import torch
 
     from babylon_rl.policy import pad_prompts, sample_answers
 
     first = jobs[0]
     if first.prepared.mode == DECISION:
-        return run_decisions(jobs)
+        return run_decisions(jobs, prefix_cache_bytes, work)
     loaded, sampling = first.loaded, first.sampling
     tokenizer = loaded.tokenizer
     device = str(next(loaded.model.parameters()).device)
@@ -236,9 +246,10 @@ def run_group(jobs: list[Job], work: Work | None = None) -> list[list[Choice]]:
     return results
 
 
-def run_decisions(jobs: list[Job]) -> list[list[Choice]]:
+def run_decisions(jobs: list[Job], prefix_cache_bytes: int = 0, work: Work | None = None) -> list[list[Choice]]:
     """Game decisions of one key, through the one decision path (`babylon_rl/evaluate/decide.py`): each answer is an entry of its
-    prompt's valid menu, the first-ranked at temperature 0, else drawn from the menu's softmax."""
+    prompt's valid menu, the first-ranked at temperature 0, else drawn from the menu's softmax. With `prefix_cache_bytes`,
+    the frozen blocks' work on earlier prompts is kept and reused (`evaluate/prefix_cache.py`)."""
     import torch
 
     first = jobs[0]
@@ -246,8 +257,14 @@ def run_decisions(jobs: list[Job]) -> list[list[Choice]]:
     if all(job.gone.is_set() for job in jobs):
         return [[] for _ in jobs]
     with torch.no_grad(), _active(first.loaded) as model:
-        decided = _decider(first.loaded, model).decide([job.prepared.decision for job in jobs], sampling.temperature,
-                                                       sampling.n, [_generator(job, "cpu") for job in jobs])
+        decider = _decider(first.loaded, model, prefix_cache_bytes)
+        reused_before = decider.prefix_cache.stats.reused_tokens if decider.prefix_cache else 0
+        decided = decider.decide([job.prepared.decision for job in jobs], sampling.temperature, sampling.n,
+                                 [_generator(job, "cpu") for job in jobs])
+    if work is not None:
+        work.decision_prompt_tokens += sum(choices[0].prompt_tokens for choices in decided if choices)
+        if decider.prefix_cache is not None:
+            work.reused_prompt_tokens += decider.prefix_cache.stats.reused_tokens - reused_before
     return [[_menu_choice(job, d.answer) for d in choices] for job, choices in zip(jobs, decided)]
 
 
@@ -317,14 +334,16 @@ class _Stream:
 _DECIDERS: dict[tuple, object] = {}  # (model object, top blocks, menu size) -> Decider: one frozen-block copy per base
 
 
-def _decider(loaded: Loaded, model):
+def _decider(loaded: Loaded, model, prefix_cache_bytes: int):
     from babylon_rl.evaluate.decide import Decider, run_shares, top_layers
+    from babylon_rl.evaluate.prefix_cache import PrefixCache
 
     adapter = loaded.served.ref.path if loaded.adapter else None
-    key = (id(loaded.model), top_layers(model, adapter), run_shares(loaded.served.ref.run_dir))
+    key = (id(loaded.model), top_layers(model, adapter), run_shares(loaded.served.ref.run_dir), prefix_cache_bytes)
     if key not in _DECIDERS:
         device = str(next(loaded.model.parameters()).device)
-        _DECIDERS[key] = Decider(model, loaded.tokenizer, key[1], device, key[2])
+        cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
+        _DECIDERS[key] = Decider(model, loaded.tokenizer, key[1], device, key[2], prefix_cache=cache)
     return _DECIDERS[key]
 
 

@@ -164,20 +164,32 @@ class SplitModel:
         The same states as without it (tests/test_learning.py); a third of the quickstart's prompt is its system prompt."""
         import torch
 
+        if shared < 1:
+            embed, layers = self._bottom_modules()
+            with torch.no_grad():
+                return self._blocks(embed(ids), positions, mask, layers)
+        head, before = self.extend(ids[:1, :shared], positions[:1, :shared], mask[:1, :, :shared, :shared], keep=True)
+        rest, _ = self.extend(ids[:, shared:], positions[:, shared:], mask[:, :, shared:, :], before)
+        return torch.cat([head.expand(ids.shape[0], -1, -1), rest], 1)
+
+    def extend(self, ids, positions, mask, before: list | None = None, keep: bool = False):
+        """The frozen blocks over `ids` ([B, T] at `positions`) that also attend to `before`: each frozen block's rotated
+        keys and values of P earlier tokens ([1 or B, kv heads, P, head dim]), which come first in `mask`'s columns
+        ([B, 1, T, P + T]). Returns the states entering the first trained block and, with `keep`, each frozen block's
+        keys and values of these tokens (what a later call's `before` takes; else []), without gradients."""
+        import torch
+
         embed, layers = self._bottom_modules()
         with torch.no_grad():
-            if shared < 1:
-                return self._blocks(embed(ids), positions, mask, layers)
-            head, rest = embed(ids[:1, :shared]), embed(ids[:, shared:])
-            head_rotary = self.decoder.rotary_emb(head, position_ids=positions[:1, :shared])
-            rest_rotary = self.decoder.rotary_emb(rest, position_ids=positions[:, shared:])
-            head_mask, rest_mask = mask[:1, :, :shared, :shared].to(head.dtype), mask[:, :, shared:, :].to(head.dtype)
-            rows = ids.shape[0]
-            for layer in layers:
-                head, keys, values = _block(layer, head, head_rotary, head_mask)
-                rest, _, _ = _block(layer, rest, rest_rotary, rest_mask,
-                                    before=(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1)))
-            return torch.cat([head.expand(rows, -1, -1), rest], 1)
+            hidden = embed(ids)
+            rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+            rows, made = ids.shape[0], []
+            for index, layer in enumerate(layers):
+                prior = None if before is None else tuple(t.expand(rows, -1, -1, -1) for t in before[index])
+                hidden, keys, values = _block(layer, hidden, rotary, mask, before=prior)
+                if keep:
+                    made.append((keys, values))
+            return hidden, made
 
     def top(self, states, positions, mask):
         """The final (normed) hidden states from the bottom's output: the trained blocks, then the norm."""
