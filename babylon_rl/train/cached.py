@@ -71,8 +71,9 @@ class MenuOptions:
     objective: str = "counterfactual"  # counterfactual | imitate | expected | value | hindsight
     # a mix of both: imitation_weight x imitate + (1 - imitation_weight) x counterfactual (a population's distill knob)
     imitation_weight: float | None = None
-    # the weight of a logged hold in the imitation loss against a logged trade's 1: the teachers hold on ~57 % of their
-    # decisions, one menu entry against ten trades, and a student fitted to all of them learns to hold (docs/TRAINING.md)
+    # the weight of a logged hold in the imitation loss against a logged trade's 1: the teachers hold on most of their
+    # decisions, one menu entry against ten trades, and a student fitted to all of them learns to hold
+    # (docs/TRAINING.md#distilling-the-best-agents---objective-distill-teacherspy-standingpy)
     hold_weight: float = 1.0
     # taken off every trade's reward in the priced objectives' targets (never in validation or evaluation): a least-squares
     # fit of a trade nobody can predict lands near 0, and its noise, across ten trades, ranks one above hold
@@ -91,7 +92,7 @@ class MenuOptions:
     train_layers: int = 4
     max_grad_norm: float = 1.0
     cache_batch: int = 8
-    micro_batch: int = 8  # items per forward and backward pass: the top blocks' activations of 32 items take ~4 GB
+    micro_batch: int = 8  # items per forward and backward pass: a whole step's activations at once would not fit (train/memory.py)
     seed: int = 0
     device: str = "cpu"
 
@@ -269,8 +270,8 @@ SHARED_STATES = SharedStates()
 class StatesOnDisk:
     """Frozen states kept across processes, one file per packed sequence, under `HOME/.cache/frozen-states`.
 
-    The frozen blocks are most of what a run on 2 cores costs the first time it sees a decision (~0.3 s a decision
-    with native bf16, ~1.2 s without), and a user reruns `train` on the same dataset with other settings, then `eval`s,
+    The frozen blocks are most of what a run on a CPU costs the first time it sees a decision (docs/TRAINING.md, its
+    opening), and a user reruns `train` on the same dataset with other settings, then `eval`s,
     again and again. Keyed as `SharedStates` is (the base model's files and times, the trained blocks, the bottom's
     dtype, the packed sequence) and by the device kind and torch version, so a state is read back only where it is
     exactly what would be computed. Written to a temporary name, then renamed: a kill leaves a whole file or none.

@@ -16,11 +16,11 @@ other folds, so no label is the critic's memory of its own window (a critic that
 noise). Credit: buy where P(up) >= `CONFIDENT`, sell where P(up) <= 1 - `CONFIDENT`, hold elsewhere: where the critic
 is not confident the student is taught to hold. A headline's move unfolds over minutes, so a decision long after it
 has little left to gain: the credit holds for as long as the cross-fitted trades were right beyond chance, learned in
-`AGE_STEP`-minute steps of the headline's age (on the quickstart's world the critic's validation precision falls from
-0.89 in the first five minutes to 0.51-0.58 after twenty). And the critic as a whole must have shown it reads
+`AGE_STEP`-minute steps of the headline's age (on the quickstart's world the critic's calls are right far more often
+just after a headline than twenty minutes on: docs/TRAINING.md#credit-by-meaning). And the critic as a whole must have shown it reads
 something: unless its cross-fitted trades were right more often than a coin beyond chance (the Wilson lower bound of
 their precision at `LEVEL`, one-sided, above 1/2), it credits hold everywhere. A critic fitted to noise is confident
-somewhere by chance (on headlines whose stocks moved at random, ~a quarter of them in tests/test_credit.py); this is
+somewhere by chance (on headlines whose stocks moved at random: tests/test_credit.py); this is
 what keeps a student from trading where there is nothing to learn. The same critic fitted on every train situation
 then credits the validation decisions, and the share of credited trades whose stock moved their way there
 (`precision`) is reported before any student trains on it.

@@ -4,7 +4,7 @@ LoRA sits on the top `train_layers` blocks only, so the blocks below compute the
 every epoch, for every policy that shares the base model (the base, each checkpoint, the
 imitation baseline). Their output, the hidden state entering the first trained block, is
 computed once per sequence and kept (bf16); a training or scoring pass then runs the top
-blocks alone from it: ~3x cheaper than a pass through the whole model (docs/TRAINING.md).
+blocks alone from it, a fraction of a pass through the whole model (docs/TRAINING.md).
 
 One decision is one *packed* sequence: its prompt (the chat template, the assistant's turn
 opened, `ANSWER_PREFIX`) followed by every answer of its menu, each answer attending to the
@@ -112,8 +112,8 @@ def layout(packs: list[Packed], device: str):
 @cache  # /proc/cpuinfo is read once a process, not by every trainer, plan and ranker
 def bottom_dtype(device: str):
     """torch.bfloat16 where bf16 matmuls are native (a GPU that has them; a CPU with AVX512-BF16 or AMX), else None
-    (float32). The frozen blocks then run in bf16: their output is kept in bf16 anyway, and on an AMD EPYC with
-    AVX512-BF16 they took 0.29-0.30 s a decision against 0.54 s in float32 (docs/TRAINING.md)."""
+    (float32). The frozen blocks then run in bf16: their output is kept in bf16 anyway, and where bf16 is native they
+    run in about half the float32 time (docs/TRAINING.md)."""
     import torch
 
     if device.startswith("cuda"):

@@ -18,8 +18,8 @@ softmax(reward / `reward_temperature`) over the menu (cross-entropy on each answ
 log-probability: reward-weighted regression over the full action set, the limit of GRPO with
 every action sampled). It prices the policy's own answer and every other it could have given,
 so an answer the policy gives little mass (`sell`) is still pushed up when it would have paid;
-and since one prompt pass serves the whole menu, a decision costs ~5x less than k = 8 sampled
-answers with two inner epochs (docs/TRAINING.md).
+and since one prompt pass serves the whole menu, a decision costs several times less than k = 8
+sampled answers with two inner epochs (docs/TRAINING.md).
 
 Tokens are the CPU's budget, so:
 - the prompt is encoded once for its k answers: one forward pass over the prompt fills a KV
@@ -61,7 +61,7 @@ class GrpoOptions:
     kl_coef: float = 0.02
     lora_r: int = 16
     train_layers: int = 4  # LoRA on the top N blocks; 0 = every block
-    micro_batch: int = 2  # prompts per forward pass, each with its k answers: 2 x 8 keeps training under 2 GB on CPU
+    micro_batch: int = 2  # prompts per forward pass, each with its k answers: what keeps a CPU run in its memory plan
     objective: str = "grpo"  # grpo | counterfactual (every menu answer priced) | imitate (the logged answers: the baseline)
     reward_temperature: float = 0.3  # counterfactual: the target is softmax(reward / this) over the menu
     max_grad_norm: float = 1.0

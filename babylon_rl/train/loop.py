@@ -35,15 +35,15 @@ if TYPE_CHECKING:
     from babylon_rl.train.torch_backend import StepStats
 
 
-# What an option left unset means. Distill's recipe is the one-block student measured to teach on 2 cores
-# (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so a step of 32
-# costs ~0.25 s and what costs is each distinct decision's frozen states (~0.3 s), paid once; many epochs over 640 of the
-# teachers' news answers, the checkpoint chosen on validation. menu-imitate, its imitation baseline, gets the same budget.
+# What an option left unset means: the objective's recipe, else DEFAULTS. The one-block recipe is the student measured to
+# teach on 2 cores (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so
+# a step is cheap and what costs is each distinct decision's frozen states, paid once; many epochs over a few hundred
+# decisions, the checkpoint chosen on validation. menu-imitate, the imitation baseline, gets the same budget.
 DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
 _ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
                   eval_every=16, keep_best=True)
-# hindsight holds at full weight: its credit is a critic's, right ~0.8 of the time, and a student that weighs its holds at
-# 0.3 traded 0.7 of the validation decisions at precision 0.38-0.42; at 1.0 0.28-0.32 at 0.63-0.66 (docs/TRAINING.md)
+# hindsight holds at full weight: its credit is a critic's, which holds wherever it is unsure, and a student that weighs
+# those holds lightly trades wherever it is unsure too, at a far lower precision (docs/TRAINING.md#credit-by-meaning)
 RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK,
                             "hindsight": _ONE_BLOCK | {"hold_weight": 1.0}}
 

@@ -20,14 +20,14 @@ from babylon_rl.errors import ResourceError
 from babylon_rl.train.models import LOGPROB_CHUNK
 
 GB = 1e9
-RUNTIME_BYTES = 700_000_000  # python + torch + transformers + peft + tokenizer and data, ~0.5-0.6 GB; 0.7 keeps every
-# path's estimate above its measured peak (the logged path's: 2.28 GB on the issue-44 data, docs/TRAINING.md)
+RUNTIME_BYTES = 700_000_000  # python + torch + transformers + peft + tokenizer and data: set to keep every path's estimate
+# above its measured peak (docs/TRAINING.md#memory-memorypy)
 VIRTUAL_SLACK = 1_500_000_000  # address space beyond resident memory (mmapped weights file, thread stacks): RLIMIT_AS only
 CHECKPOINT_ABOVE = 2_500_000_000  # a plan above this turns gradient checkpointing on (slower, far less memory)
 MMAP_THRESHOLD = 128 * 1024  # glibc: larger allocations are mmapped and returned on free (see bound_allocator)
 # The menu objectives' transients are one block's at a time: a low threshold there only turns every tensor into an
-# mmap and its first touch into page faults (828 s of the quickstart's 2,779 CPU seconds were the kernel's, at 128 KiB);
-# at 256 MiB a menu run's system time fell 21.4 -> 2.1 s for +78 MB of peak RSS (docs/TRAINING.md, "Memory")
+# mmap and its first touch into page faults, and the kernel's time swamped the run's; 256 MiB ends that for a little
+# more peak memory (docs/TRAINING.md#memory-memorypy)
 MENU_MMAP_THRESHOLD = 256 * 1024 * 1024
 
 
@@ -177,7 +177,8 @@ def check(step: Plan, what: str, remedy: str = LOGGED_REMEDY) -> None:
 
 def bound_allocator(threshold: int = MMAP_THRESHOLD) -> None:
     """glibc keeps freed blocks under its (growing) mmap threshold in its heaps, so a step's transient tensors
-    pile up as resident memory (+0.8-1.8 GB at SmolLM2's first steps); a fixed threshold returns them."""
+    pile up as resident memory (GBs at SmolLM2's first steps: docs/TRAINING.md#memory-memorypy); a fixed threshold
+    returns them."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return
     try:

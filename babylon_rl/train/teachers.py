@@ -93,9 +93,9 @@ def follows_news(task: "Task") -> bool:
 
     What the headline says is left to the student: no template or sentiment is read, so the filter works on any game's
     headlines. The holds beside fresh news are kept because only they tell a bearish headline from a bullish one: on the
-    quickstart's world, after a fresh bullish headline the teachers buy its stock 426 times and hold 131, after a bearish
-    one they hold 299 times and trade its stock 27 (docs/TRAINING.md#distilling-the-best-agents). The trades it keeps
-    are right in direction 0.71 of the time, those it drops 0.47."""
+    quickstart's world the teachers mostly buy the stock a fresh bullish headline names and mostly hold after a bearish
+    one, and the trades kept are right in direction more often than those dropped (the counts:
+    docs/TRAINING.md#distilling-the-best-agents---objective-distill-teacherspy-standingpy)."""
     action = parse_action(task.logged_answer)
     if action is None:
         return False
