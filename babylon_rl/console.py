@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalResult
     from babylon_rl.evaluate.arena import ArenaResult
-    from babylon_rl.improve import ImproveState, Iteration
+    from babylon_rl.improve_state import ImproveState, Iteration
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.readiness import Readiness

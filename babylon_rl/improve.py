@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-from pydantic import BaseModel
 
 from babylon_rl import atomic, locks
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
+from babylon_rl.improve_state import STAGES, ImproveState, Iteration, state_path
 from babylon_rl.model_names import in_home
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from babylon_rl.evaluate.run import PolicyResult
 
 START = datetime(2025, 1, 1)
-STAGES = ("play", "build", "dataset", "train", "gate")
 
 
 ON_POLICY = {"steps": 12, "groups_per_step": 16, "learning_rate": 3e-4}  # counterfactual and grpo, where the loop names none
@@ -103,34 +102,12 @@ class ImproveOptions:
         return {k: v for k, v in asdict(self).items() if k not in ("iterations", "every_minutes")}
 
 
-class Iteration(BaseModel):
-    iteration: int
-    champion: str  # the model that played this iteration's windows and was the gate's baseline
-    candidate: str | None = None
-    promoted: bool | None = None
-    # the candidate minus the champion: direction accuracy and P&L per decision, with intervals; and whether the same
-    # decisions told the news rule from the best constant (False: the gate had no power; None: no headline to read);
-    # under "candidate" and "champion", each one's own two figures with intervals
-    gate: dict = {}
-    play: dict = {}  # mean window P&L per agent of the policy agents and of each persona, with intervals
-    seconds: dict[str, float] = {}
-
-
-class ImproveState(BaseModel):
-    options: dict
-    champion: str
-    iterations: list[Iteration] = []
-    done: list[str] = []  # stages of the last iteration that finished
-
-    @property
-    def current(self) -> Iteration:
-        return self.iterations[-1]
 
 
 def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveState:
     """Run iterations until `options.iterations` are done (or until stopped), each from the first stage it has not finished;
     with `options.every_minutes`, each new one starts that long after the one before it started here."""
-    path = ctx.home.root / "improve" / "state.json"
+    path = state_path(ctx.home)
     with locks.exclusive(path.with_name(".lock"), 0, refusal="another improve loop is running in this home ({holder} holds {path})"), \
             _sigterm_as_interrupt():
         state = _load(path, options)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from babylon_rl import atomic
 from babylon_rl.console import interval_text
-from babylon_rl.errors import ConfigError
-from babylon_rl.improve import STAGES, ImproveState, Iteration
+from babylon_rl.improve_state import STAGES, ImproveState, Iteration, load_state, state_path
 from babylon_rl.report import _figure, _now, _svg, _use_agg, metrics_html, page, section
 from babylon_rl.settings import Home
 
@@ -30,17 +29,6 @@ INTERVALS_SENTENCE = ("The brackets are 95 % bootstrap intervals over windows: t
                       "P&amp;L per agent. The gate's differences count only when their paired interval excludes 0; two iterations' "
                       "or two agents' figures are said to differ beyond the interval only when their intervals do not overlap "
                       "(unpaired, so a cautious test).")
-
-
-def state_path(home: Home) -> Path:
-    return home.root / "improve" / "state.json"
-
-
-def load_state(home: Home) -> ImproveState:
-    path = state_path(home)
-    if not path.exists():
-        raise ConfigError(f"no improve loop in {home.root} (no {path}); start one with python cli.py improve")
-    return ImproveState.model_validate_json(path.read_text())
 
 
 def write_improve_report(home: Home, state: ImproveState | None = None) -> Path:

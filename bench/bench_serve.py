@@ -46,7 +46,7 @@ def game_requests(count: int = 64) -> list[list[dict]]:
     from datetime import timedelta
 
     from babylon_rl.simulate.config import SimulationConfig
-    from babylon_rl.simulate.trajectories import simulate_window
+    from babylon_rl.simulate.window import simulate_window
     from babylon_rl.warehouse import RAW_BY_NAME
 
     columns = RAW_BY_NAME["llm_call_logs"].column_names

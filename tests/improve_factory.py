@@ -7,7 +7,7 @@ above both. The gate's differences are inside their intervals unless the iterati
 
 from __future__ import annotations
 
-from babylon_rl.improve import STAGES, ImproveState, Iteration
+from babylon_rl.improve_state import STAGES, ImproveState, Iteration
 
 
 def figure(value: float, half: float) -> dict:

@@ -17,7 +17,7 @@ from babylon_rl.evaluate.menu import HOLD_ANSWER, read_portfolio, valid_menu
 from babylon_rl.evaluate.policies import Reply
 from babylon_rl.evaluate.prompts import decision_prompt
 from babylon_rl.simulate.config import SimulationConfig
-from babylon_rl.simulate.trajectories import simulate_window
+from babylon_rl.simulate.window import simulate_window
 from babylon_rl.warehouse import RAW_BY_NAME
 from tests.train_support import build_template, install
 

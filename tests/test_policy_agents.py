@@ -18,7 +18,7 @@ from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.rules import news_rule
 from babylon_rl.settings import Home
 from babylon_rl.simulate.config import SimulationConfig
-from babylon_rl.simulate.trajectories import simulate_window
+from babylon_rl.simulate.window import simulate_window
 from babylon_rl.warehouse import RAW_BY_NAME
 from tests.judge_server import JudgeServer
 from tests.train_support import build_template, install

@@ -340,7 +340,7 @@ def test_the_served_model_plays_the_simulator_as_the_in_process_policy(server, s
 
     from babylon_rl.simulate.config import SimulationConfig
     from babylon_rl.simulate.policy_play import open_player
-    from babylon_rl.simulate.trajectories import simulate_window
+    from babylon_rl.simulate.window import simulate_window
 
     start = datetime(2025, 1, 15, 10)
     config = SimulationConfig(agents=2, windows=1, steps_per_window=2, seed=3, start=start, policy_agents=2,

@@ -19,7 +19,8 @@ from babylon_rl.settings import Home
 from babylon_rl.simulate import DirtRates, SimulationConfig, run_simulation
 from babylon_rl.simulate.market import EPOCH, generate_market
 from babylon_rl.simulate.sinks import DuckDBSink, PostgresSink
-from babylon_rl.simulate.trajectories import WindowRows, simulate_window
+from babylon_rl.simulate.trajectories import WindowRows
+from babylon_rl.simulate.window import simulate_window
 from babylon_rl.warehouse import RAW_BY_NAME
 
 START = datetime(2025, 1, 15, 10)

@@ -114,7 +114,7 @@ def test_teachers_are_chosen_on_train_and_checked_on_validation_only(market, mon
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.settings import Home
     from babylon_rl.train.decisions import load_decision_data
-    from babylon_rl.train.teachers import choose
+    from babylon_rl.train.teachers import choose, taught
 
     dataset = Dataset.open(Home.resolve(str(market)), "d")
     read = []
@@ -126,11 +126,11 @@ def test_teachers_are_chosen_on_train_and_checked_on_validation_only(market, mon
     assert all(teachers.validation.get(a).vs_peers.value > 0 for a in teachers.chosen)
     assert "teachers (" in teachers.line() and teachers.to_dict()["teachers"][0]["train"]["standing"] == "above"
 
-    data = load_decision_data(Home.resolve(str(market)), "d").taught_by(teachers)
+    data = taught(load_decision_data(Home.resolve(str(market)), "d"), teachers)
     assert data.train and {t.agent_id for t in data.train} <= set(teachers.chosen)
     assert set(data.read_ids) > {t.trajectory_id for t in data.train}  # the standing read every train decision
 
-    news = load_decision_data(Home.resolve(str(market)), "d").taught_by(teachers, "news")
+    news = taught(load_decision_data(Home.resolve(str(market)), "d"), teachers, "news")
     assert 0 < len(news.train) < len(data.train) and news.teacher_answers == "news"
     assert news.read_ids == data.read_ids  # the filter read every teacher decision's prompt: all count as read
     from babylon_rl.evaluate.rules import fresh_headlines
@@ -174,12 +174,12 @@ def test_news_answers_follow_from_the_prompts_latest_fresh_headline(clock, answe
 def test_news_answers_without_a_trade_that_follows_a_headline_are_refused_in_one_line():
     from babylon_rl.errors import ConfigError
     from babylon_rl.train.decisions import DecisionData
-    from babylon_rl.train.teachers import Teachers
+    from babylon_rl.train.teachers import Teachers, taught
 
     tasks = [_decision("12:50", '{"action": "hold"}'), _decision("12:23", '{"action": "buy", "ticker": "BOLT", "shares": 5}')]
     data = DecisionData("d", None, {}, tasks, [])
     teachers = Teachers("d", None, None, ["a1"], {})
-    assert len(data.taught_by(teachers).train) == 2
+    assert len(taught(data, teachers).train) == 2
     with pytest.raises(ConfigError, match="--teacher-answers all") as refused:
-        data.taught_by(teachers, "news")
+        taught(data, teachers, "news")
     assert "\n" not in str(refused.value)

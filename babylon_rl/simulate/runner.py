@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Callable
 from babylon_rl.errors import ConfigError
 from babylon_rl.simulate.config import SimulationConfig
 from babylon_rl.simulate.sinks import Sink, start_after
-from babylon_rl.simulate.trajectories import WindowRows, simulate_window
+from babylon_rl.simulate.trajectories import WindowRows
+from babylon_rl.simulate.window import simulate_window
 
 if TYPE_CHECKING:
     from babylon_rl.simulate.policy_play import Player

@@ -7,6 +7,7 @@ columns (createdAt, updatedAt) that the sinks append.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -94,9 +95,8 @@ def iso_z(moment: datetime) -> str:
 class WindowPlay:
     """Generates one window; caches the observation text that all agents share at a minute."""
 
-    def __init__(self, config: SimulationConfig, start: datetime, player=None) -> None:
+    def __init__(self, config: SimulationConfig, start: datetime) -> None:
         self.config = config
-        self.player = player  # answers the policy agents (policy_play.py); None without them
         self.market: WindowMarket = generate_market(config, start)
         self.rows = WindowRows(self.market.window_id)
         self.interval = config.window_minutes // config.steps_per_window
@@ -194,13 +194,15 @@ class WindowPlay:
         return accesses
 
     # -- the window ---------------------------------------------------------------------
-    def run(self) -> WindowRows:
+    def run(self, play_policy_agents: Callable[["WindowPlay"], None] | None = None) -> WindowRows:
+        """The window's rows: the personas, then the policy agents (`play_policy_agents`: `window.simulate_window` passes
+        them; a config with policy agents needs it), then the outcomes."""
         for index in range(self.config.agents):
             AgentPlay.persona_agent(self, index).run()
         if self.policy_draws:
-            from babylon_rl.simulate.policy_play import play_policy_agents
-
-            play_policy_agents(self, self.player)
+            if play_policy_agents is None:
+                raise ValueError(f"{len(self.policy_draws)} policy agents and nothing to answer them: use window.simulate_window")
+            play_policy_agents(self)
         self.rows.outcomes = self.outcome_rows()
         return self.rows
 
@@ -467,7 +469,4 @@ def response_json(d: Decision, w: WindowPlay) -> str:
         return f'{{"action": "bet", "market": "{w.market.markets[d.market].market_id}", "side": "{d.side}", "amount": {d.amount:g}}}'
     return f'{{"action": "{d.kind}", "ticker": "{w.market.tickers[d.ticker]}", "shares": {d.shares}}}'
 
-
-def simulate_window(config: SimulationConfig, start: datetime, player=None) -> WindowRows:
-    return WindowPlay(config, start, player).run()
 

@@ -43,7 +43,7 @@ import numpy as np
 from babylon_rl.evaluate.rules import FRESH_MINUTES, fresh_headlines, latest_headline_age
 
 if TYPE_CHECKING:
-    from babylon_rl.train.decisions import Task
+    from babylon_rl.train.decisions import DecisionData, Task
 
 EMBED_LAYER = 16  # of SmolLM2-135M's 30 blocks: where a linear read of a headline's direction carried best to unseen wording
 FOLDS = 5
@@ -130,6 +130,13 @@ class Example:
     situation: tuple
     text: str  # the headline, names masked
     up: bool | None  # the named stock ended above its price then; None: no move
+
+
+def credited(data: "DecisionData", embed) -> "DecisionData":
+    """`data`'s train decisions with what their headlines call for, learned from the train windows' outcomes and checked
+    on validation (`credit`): all of them are read, whichever `--train-decisions` later draws."""
+    found = credit(data.train, data.validation, embed)
+    return replace(data, train=found.credited(data.train), credit=found, read_trajectory_ids=data.every_train_id)
 
 
 def credit(train: list["Task"], validation: list["Task"], embed) -> Credit:

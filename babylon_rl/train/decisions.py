@@ -11,9 +11,9 @@ direction; a hold 0; an unparseable answer `INVALID_REWARD`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -28,8 +28,6 @@ from babylon_rl.settings import Home
 
 if TYPE_CHECKING:
     from babylon_rl.dataset.dataset import Dataset
-    from babylon_rl.train.credit import Credit
-    from babylon_rl.train.teachers import Teachers
 
 INVALID_REWARD = -2.0
 PNL_SCALE = 100.0  # dollars per reward unit
@@ -79,6 +77,16 @@ def longest_prompts(tasks: list[Task], count: int = LONGEST_SAMPLE) -> list[Task
     return sorted(tasks, key=lambda t: len(t.request.messages[-1]["content"]))[-count:]
 
 
+class Finding(Protocol):
+    """What an objective's preparation of the train decisions found (the teachers' standing, the critic's credit): its
+    console line, and what inputs.json records of it. The preparations live with their objectives (`teachers.taught`,
+    `credit.credited`); the shared data only carries what they found."""
+
+    def line(self) -> str: ...
+
+    def to_dict(self) -> dict: ...
+
+
 @dataclass
 class DecisionData:
     """The train and validation decisions of a dataset; the eval split is never opened here."""
@@ -88,9 +96,9 @@ class DecisionData:
     manifest: dict
     train: list[Task]
     validation: list[Task]
-    teachers: "Teachers | None" = None  # distillation: who the train decisions were kept for
+    teachers: "Finding | None" = None  # distillation: who the train decisions were kept for (`teachers.taught`)
     teacher_answers: str = "all"  # distillation: which of their answers were kept (`teachers.TEACHER_ANSWERS`)
-    credit: "Credit | None" = None  # hindsight: what each train situation's headline calls for (train/credit.py)
+    credit: "Finding | None" = None  # hindsight: what each train situation's headline calls for (`credit.credited`)
     read_trajectory_ids: frozenset[str] = frozenset()  # ids read besides the kept decisions' (the credit's windows)
 
     @property
@@ -98,33 +106,8 @@ class DecisionData:
         """Every trajectory id this run read (recorded in the run directory: none may be an eval id)."""
         return sorted({t.trajectory_id for t in self.train} | {t.trajectory_id for t in self.validation} | self.read_trajectory_ids)
 
-    def taught_by(self, teachers: "Teachers", answers: str = "all") -> "DecisionData":
-        """Only the train decisions of `teachers` (chosen on train windows, checked on validation: `teachers.choose`); with
-        `answers="news"` only those whose answer follows from the prompt's news (`teachers.follows_news`)."""
-        from babylon_rl.train.teachers import TEACHER_ANSWERS, follows_news
-
-        kept = [t for t in self.train if t.agent_id in teachers.chosen]
-        if not any(t.request.resolve(parse_action(t.logged_answer)) is not None for t in kept):
-            raise ConfigError(f"none of the {len(kept)} train decisions of the teachers ({', '.join(teachers.chosen)}) of dataset "
-                              f"{self.name!r} has an answer that parses as a game action: nothing to distill")
-        if answers == "news":
-            kept = [t for t in kept if follows_news(t)]
-            if not any(parse_action(t.logged_answer).kind != "hold" for t in kept):
-                raise ConfigError(f"none of the teachers' train trades of dataset {self.name!r} is of the stock the latest "
-                                  "fresh headline of its prompt names (--teacher-answers news keeps "
-                                  f"{TEACHER_ANSWERS['news']}): use --teacher-answers all")
-        return replace(self, train=kept, teachers=teachers, teacher_answers=answers, read_trajectory_ids=self._every_train_id)
-
-    def credited_by_meaning(self, embed) -> "DecisionData":
-        """Every train decision with what its headline calls for, learned from the train windows' outcomes and checked on
-        validation (`credit.py`): all of them are read, whichever `--train-decisions` later draws."""
-        from babylon_rl.train.credit import credit
-
-        found = credit(self.train, self.validation, embed)
-        return replace(self, train=found.credited(self.train), credit=found, read_trajectory_ids=self._every_train_id)
-
     @property
-    def _every_train_id(self) -> frozenset[str]:
+    def every_train_id(self) -> frozenset[str]:
         """What a step that reads every train decision (a standing) adds to the ids read, whichever it then keeps."""
         return frozenset(t.trajectory_id for t in self.train) | self.read_trajectory_ids
 

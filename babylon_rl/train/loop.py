@@ -427,9 +427,9 @@ def _load_data(home: Home, config: TrainConfig):
         data = load_decision_data(home, config.dataset)
         if config.objective == "distill":
             from babylon_rl.dataset.dataset import Dataset
-            from babylon_rl.train.teachers import choose
+            from babylon_rl.train.teachers import choose, taught
 
-            data = data.taught_by(choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
+            data = taught(data, choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
         return data
     return load_scored_dataset(home, config.dataset)
 
@@ -438,10 +438,10 @@ def _credited(data, config: TrainConfig, base_model: str):
     """hindsight: every train decision with what its headline calls for (train/credit.py), learned with the base model."""
     if config.objective != "hindsight":
         return data
-    from babylon_rl.train.credit import HeadlineEmbedder
+    from babylon_rl.train.credit import HeadlineEmbedder, credited
     from babylon_rl.train.models import resolve_device
 
-    return data.credited_by_meaning(HeadlineEmbedder(base_model, resolve_device(config.device)))
+    return credited(data, HeadlineEmbedder(base_model, resolve_device(config.device)))
 
 
 def _drawn(data, config: TrainConfig):

@@ -9,7 +9,7 @@ if it fits one entry), one line in `LOSSES` and one in `MENU_OBJECTIVES`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -19,10 +19,24 @@ from babylon_rl.evaluate.rules import fresh_headlines
 if TYPE_CHECKING:
     import torch
 
-    from babylon_rl.train.cached import MenuItem, MenuOptions
     from babylon_rl.train.decisions import Task
 
 HOLD_INDEX = 0  # the menu's first entry
+
+
+class MenuItem(Protocol):
+    """What a loss reads of a menu item (`cached.MenuItem`): the entry it is fitted to, and what that trade paid."""
+
+    target_index: int
+    paid: float
+
+
+class MenuOptions(Protocol):
+    """What a loss reads of the trainer's options (`cached.MenuOptions`)."""
+
+    reward_temperature: float
+    anchor: float
+    hold_weight: float
 
 
 @dataclass

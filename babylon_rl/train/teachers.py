@@ -13,16 +13,16 @@ name, persona or anything the simulator knows: agent ids and outcomes only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from babylon_rl import standing
-from babylon_rl.errors import DatasetError
+from babylon_rl.errors import ConfigError, DatasetError
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.rules import FRESH_MINUTES, fresh_headlines
 
 if TYPE_CHECKING:
-    from babylon_rl.train.decisions import Task
+    from babylon_rl.train.decisions import DecisionData, Task
 
 # which of the teachers' train answers distillation imitates (`train --teacher-answers`)
 TEACHER_ANSWERS = {
@@ -101,3 +101,19 @@ def follows_news(task: "Task") -> bool:
         return False
     latest = next(fresh_headlines(task.request), None)
     return action.kind == "hold" or (action.kind in ("buy", "sell") and latest is not None and latest[0] == action.ticker)
+
+
+def taught(data: "DecisionData", teachers: Teachers, answers: str = "all") -> "DecisionData":
+    """`data` with only the train decisions of `teachers` (chosen on train windows, checked on validation: `choose`);
+    with `answers="news"` only those whose answer follows from the prompt's news (`follows_news`)."""
+    kept = [t for t in data.train if t.agent_id in teachers.chosen]
+    if not any(t.request.resolve(parse_action(t.logged_answer)) is not None for t in kept):
+        raise ConfigError(f"none of the {len(kept)} train decisions of the teachers ({', '.join(teachers.chosen)}) of dataset "
+                          f"{data.name!r} has an answer that parses as a game action: nothing to distill")
+    if answers == "news":
+        kept = [t for t in kept if follows_news(t)]
+        if not any(parse_action(t.logged_answer).kind != "hold" for t in kept):
+            raise ConfigError(f"none of the teachers' train trades of dataset {data.name!r} is of the stock the latest "
+                              f"fresh headline of its prompt names (--teacher-answers news keeps {TEACHER_ANSWERS['news']}): "
+                              "use --teacher-answers all")
+    return replace(data, train=kept, teachers=teachers, teacher_answers=answers, read_trajectory_ids=data.every_train_id)
