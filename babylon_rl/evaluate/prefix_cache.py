@@ -63,6 +63,8 @@ class CacheStats:
 
 
 class PrefixCache:
+    """The kept prompts of one base model's frozen blocks (one `Decider`'s), within `budget` bytes."""
+
     def __init__(self, budget: int = DEFAULT_PREFIX_CACHE_MB << 20) -> None:
         self.budget = budget
         self._kept: OrderedDict[int, _Kept] = OrderedDict()

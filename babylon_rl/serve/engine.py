@@ -12,8 +12,8 @@ drawn from it alone (sampling row by row), so the same request with the same see
 answers alone or batched with any others; seeds do not split a batch.
 
 A game decision's prompt that opens as an earlier one did (the system turn; a tick's prices and news) runs the frozen
-blocks over the rest of it only (`evaluate/prefix_cache.py`, `prefix_cache_bytes` of them kept, one cache for the
-adapters of one base).
+blocks over the rest of it only (`evaluate/prefix_cache.py`: `prefix_cache_bytes` of them kept, one cache for the
+adapters of one base that train the same blocks).
 
 A streaming request (`Job.on_text`) gets a chat answer's text as its tokens come, step by step
 (`prompting.streamable`: the part no later token can change); a game decision is chosen from its
@@ -38,7 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache
 from babylon_rl.serve.prompting import CHAT, DECISION, Prepared, finish, streamable
 from babylon_rl.serve.registry import Loaded
 
@@ -336,7 +336,6 @@ _DECIDERS: dict[tuple, object] = {}  # (model object, top blocks, menu size) -> 
 
 def _decider(loaded: Loaded, model, prefix_cache_bytes: int):
     from babylon_rl.evaluate.decide import Decider, run_shares, top_layers
-    from babylon_rl.evaluate.prefix_cache import PrefixCache
 
     adapter = loaded.served.ref.path if loaded.adapter else None
     key = (id(loaded.model), top_layers(model, adapter), run_shares(loaded.served.ref.run_dir), prefix_cache_bytes)
