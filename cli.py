@@ -13,7 +13,6 @@ import click
 from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError, ConfigError
-from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from babylon_rl.judge.options import JUDGES, ScoreOptions
 from babylon_rl.train.objectives import OBJECTIVES
 
@@ -500,7 +499,7 @@ def model_export(obj: BabylonContext, model_name: str, fmt: str, to: Path | None
                    "over it alone is a 400. The default keeps SmolLM2-135M's KV cache under ~1.5 GB.")
 @click.option("--request-timeout", type=click.FloatRange(0), default=300.0, show_default=True, metavar="SECONDS",
               help="A request not answered in time gets 504 and its work stops (a stream: an error event); 0: no limit.")
-@click.option("--prefix-cache-mb", type=click.IntRange(0), default=DEFAULT_PREFIX_CACHE_MB, show_default=True,
+@click.option("--prefix-cache-mb", type=click.IntRange(0), default=128, show_default=True,
               help="Memory for the frozen blocks' work on earlier game-decision prompts: a prompt that opens as one of them "
                    "did runs only the rest (the system turn, a tick's prices and news). 0: every prompt whole, in padded batches.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)

@@ -105,6 +105,15 @@ def test_a_prompt_that_opens_as_an_earlier_one_reuses_its_work_and_health_counts
     assert after["reused_prompt_tokens"] - before["reused_prompt_tokens"] >= 231
 
 
+def test_the_commands_default_prefix_cache_is_the_servers():
+    """cli.py writes the default out (importing babylon_rl.evaluate would slow every command's start): they must agree."""
+    from babylon_rl.evaluate.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+    from cli import cli
+
+    option = next(p for p in cli.commands["serve"].params if p.name == "prefix_cache_mb")
+    assert option.default == DEFAULT_PREFIX_CACHE_MB
+
+
 def test_n_answers_with_a_seed_are_reproducible(client):
     def ask():
         return client.chat.completions.create(model="smollm2-135m", messages=GAME_REQUEST, temperature=1.0, top_p=0.9,
