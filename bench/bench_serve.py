@@ -89,9 +89,10 @@ def start_server(home: Path, model: str, max_batch: int, prefix_cache_mb: int | 
     raise click.ClickException("the server did not become ready in 120 s")
 
 
-def peak_rss_mb(pid: int) -> float:
+def status_mb(pid: int, field: str = "VmHWM") -> float:
+    """A process's memory figure from /proc/PID/status in MB: VmHWM (its peak resident set), VmRSS (now)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -144,7 +145,7 @@ def main(home: Path, model: str, seconds: float, levels: str, out: Path) -> None
                 after = httpx.get(f"{url}/health").json()["work"]
                 prompt = after["decision_prompt_tokens"] - before["decision_prompt_tokens"]
                 row["reused"] = round((after["reused_prompt_tokens"] - before["reused_prompt_tokens"]) / max(prompt, 1), 3)
-                row["peak_rss_mb"] = round(peak_rss_mb(proc.pid))
+                row["peak_rss_mb"] = round(status_mb(proc.pid))
                 results.append(row)
                 console.print(row)
         finally:

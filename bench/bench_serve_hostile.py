@@ -28,14 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_serve import game_requests, start_server  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+from bench_serve import game_requests, start_server, status_mb  # noqa: E402
 
 
 async def burst(url: str, model: str, requests, seconds: float, codes: Counter) -> None:
@@ -101,14 +94,14 @@ def main(home: Path, model: str, seconds: float, prefix_cache_mb: int | None, ou
         first = httpx.post(f"{url}/v1/chat/completions", timeout=300,
                            json={"model": model, "messages": next(requests), "temperature": 0})
         assert first.status_code == 200, first.text
-        baseline = rss_mb(proc.pid)
+        baseline = status_mb(proc.pid, "VmRSS")
         samples: list[float] = []
         codes: Counter = Counter()
 
         async def run():
             async def sample():
                 while True:
-                    samples.append(rss_mb(proc.pid))
+                    samples.append(status_mb(proc.pid, "VmRSS"))
                     await asyncio.sleep(0.5)
             sampler = asyncio.create_task(sample())
             await burst(url, model, requests, seconds, codes)
@@ -117,7 +110,7 @@ def main(home: Path, model: str, seconds: float, prefix_cache_mb: int | None, ou
         asyncio.run(run())
         time.sleep(2)
         health = httpx.get(f"{url}/health", timeout=30)
-        after = rss_mb(proc.pid)
+        after = status_mb(proc.pid, "VmRSS")
     finally:
         proc.terminate()
         proc.wait(120)
