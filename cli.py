@@ -14,7 +14,8 @@ from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.options import JUDGES, ScoreOptions
-from babylon_rl.train.objectives import OBJECTIVES
+from babylon_rl.train.objectives.command import TrainCommand
+from babylon_rl.train.objectives.command import params as train_params
 
 F = TypeVar("F", bound=Callable)
 
@@ -536,121 +537,16 @@ def serve(obj: BabylonContext, models: tuple[str, ...], host: str, port: int, ap
     sys.exit(obj.serve(list(models) or ["smollm2-135m"], options))
 
 
-@cli.command()
-@click.option("--dataset", required=True, help="A dataset (HOME/datasets/NAME); without --on-policy it is scored first if it has no scores.")
-@click.option("--backend", type=click.Choice(["torch", "art", "serverless"]), default="torch", show_default=True,
-              help="torch: LoRA on CPU/GPU here; art: ART LocalBackend (NVIDIA GPU); serverless: ART on W&B (WANDB_API_KEY).")
-@click.option("--base-model", default="smollm2-135m", show_default=True,
-              help="A local model directory, a name in HOME/models (smollm2-135m is made on first use), or a hub id.")
-@click.option("--run-name", help="Letters, digits, - _ . (default DATASET-BACKEND); the run lives in HOME/runs/RUN.")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True),
-              help="Default: 3e-3 for hindsight, distill and menu-imitate (one block), else 2e-4 (LoRA on SmolLM2); about 1e-3 for a tiny "
-                   "model, 5e-6 for full fine-tuning of a larger one.")
-@click.option("--max-steps", type=click.IntRange(min=1), help="Steps to train (default: 192 for hindsight, distill and menu-imitate, else one epoch).")
-@click.option("--epochs", type=click.IntRange(min=1), help="Passes over the training windows; wins over --max-steps.")
-@click.option("--groups-per-step", type=click.IntRange(min=1),
-              help="GRPO groups per step: windows of logged trajectories, or with --on-policy decisions (each with --samples "
-                   "answers); decisions per step for the menu objectives. Default: 32 for hindsight, distill and menu-imitate, else 8.")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--eval-every", type=click.IntRange(min=1),
-              help="Evaluate on the validation split every N steps (never eval.parquet). Default: 16 for hindsight, distill and menu-imitate.")
-@click.option("--keep-best/--no-keep-best", default=None,
-              help="Keep only the checkpoint best on the validation split (and the latest, for --resume); with --eval-every "
-                   "every evaluated step is a checkpoint it can choose. Default: on for hindsight, distill and menu-imitate.")
-@click.option("--resume", is_flag=True, help="Continue the run from its latest checkpoint with its saved settings; --max-steps or --epochs makes it longer.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--kl-coef", type=click.FloatRange(min=0), default=0.0, show_default=True, help="KL penalty to the base model.")
-@click.option("--clip-eps", type=click.FloatRange(min=0, min_open=True), default=0.2, show_default=True)
-@click.option("--lora-r", type=click.IntRange(min=0), default=16, show_default=True, help="LoRA rank; 0 trains the whole model (offline path only).")
-@click.option("--inner-epochs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Updates per batch (PPO-style; the clipped ratio matters from the second).")
-@click.option("--on-policy", is_flag=True,
-              help="The policy answers the train split's replayed decisions itself (--samples answers each), each answer "
-                   "priced by the window's ground truth (GRPO on its own actions). Without it: the logged trajectories' scores.")
-@click.option("--samples", type=click.IntRange(min=2), default=8, show_default=True, help="--on-policy: answers per decision (the group).")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=0.8, show_default=True, help="--on-policy: sampling temperature.")
-@click.option("--train-layers", type=click.IntRange(min=0),
-              help="LoRA on the top N blocks only (the frozen blocks below cost no backward pass and keep no activations); "
-                   "0 = all. Default: 1 for hindsight, distill and menu-imitate, else 4.")
-@click.option("--micro-batch", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Logged path: padded tokens per forward pass; lower it when train says the step does not fit in memory.")
-@click.option("--max-length", type=click.IntRange(min=16), default=2048, show_default=True,
-              help="Logged path: tokens per chunk of a conversation (longer ones are split; at most the model's context).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True, help="--on-policy: where torch runs.")
-@click.option("--objective", type=click.Choice(OBJECTIVES),
-              help="Default: hindsight on the torch back-end (a step costs seconds), grpo on art/serverless and with "
-                   "--on-policy. grpo = clipped policy gradient with the group advantages; awr = advantage-weighted "
-                   "imitation, exp(A / --awr-beta) per trajectory, for logged (off-policy) answers; imitate = the same "
-                   "LoRA as --on-policy, supervised on every logged answer to the decision prompts: the imitation baseline; "
-                   "counterfactual = every answer on each train decision's menu (hold, buy or sell each stock) priced, "
-                   "the policy fitted to softmax(reward / --reward-temperature) over them; menu = the same target with "
-                   "--shares trades, tickers renamed (--variants), the frozen blocks run once per decision (docs/TRAINING.md); "
-                   "menu-pg = the same menu, the policy moved up its expected reward over it (it trades only where a trade "
-                   "pays on average; it refines what the policy already does); menu-value = each answer's log-probability margin over hold "
-                   "fitted to its reward / --reward-temperature by least squares (the expected reward, averaged over "
-                   "windows; it also finds the paying answers the policy never gives); "
-                   "menu-imitate = the same machinery fitted to the logged answer's menu entry: menu's imitation baseline; "
-                   "distill = the same, fitted only to the answers of the agents that stand above their peers on the train "
-                   "windows and hold on validation (`cli.py agents`; docs/TRAINING.md#distilling-the-best-agents); "
-                   "hindsight = the same, fitted where the prompt's latest fresh headline names a stock to the trade of "
-                   "it that news of its meaning paid on the train windows (a critic of the headlines learned from outcomes, "
-                   "cross-fitted; hold where it is not confident), elsewhere to hold: every agent's decisions "
-                   "(docs/TRAINING.md#credit-by-meaning).")
-@click.option("--shares", type=click.IntRange(min=1), default=50, show_default=True, help="--objective menu: shares per menu trade.")
-@click.option("--variants", type=click.IntRange(min=0), default=1, show_default=True,
-              help="--objective menu: renamed copies of each train decision (0: the real tickers).")
-@click.option("--init-from", metavar="MODEL",
-              help="Menu objectives: start the LoRA from this adapter (a run name: its latest checkpoint; or a checkpoint "
-                   "directory), e.g. --objective menu-pg or menu-value from a distilled run. Its run must not have read this "
-                   "dataset's eval windows.")
-@click.option("--population", type=click.IntRange(min=1),
-              help="Menu objectives: train N settings side by side over one set of frozen states; every --evolve-every "
-                   "steps they are scored on the validation split, the best kept as it is, the others replaced by mutated "
-                   "clones of the winners (docs/TRAINING.md#populations).")
-@click.option("--evolve-every", type=click.IntRange(min=1), default=10, show_default=True, help="--population: steps between evolutions.")
-@click.option("--replace-bottom", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
-              help="--population: replace only this bottom share of the members, from the same top share (PBT); default: a tournament for every place but the elite's.")
-@click.option("--validation-decisions", "--fitness-decisions", "validation_decisions", type=click.IntRange(min=1), default=256,
-              show_default=True, help="Validation decisions each selection pass answers (--eval-every, --keep-best, a "
-                                      "population's evolutions): drawn once from --seed, the same each time.")
-@click.option("--train-decisions", type=click.IntRange(min=1),
-              help="Decision objectives: train on at most N of the train decisions (after distill's filter), drawn once from "
-                   "--seed, one of every situation (a window and its latest fresh headline) before a second of any. The "
-                   "frozen blocks cost per distinct decision and a step of --train-layers 1 almost nothing, so many epochs "
-                   "over fewer decisions fit a CPU budget (docs/TRAINING.md). Default: 640 for distill, menu-imitate and "
-                   "hindsight, else all.")
-@click.option("--bound", "bounds", multiple=True, metavar="NAME=LOW:HIGH",
-              help="--population: where mutation may take a hyper-parameter (learning_rate, lora_r, lora_alpha, batch, ema, "
-                   "reward_temperature, imitation_weight); repeatable.")
-@click.option("--reward-temperature", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
-              help="--objective counterfactual: smaller puts the target on the best-paying answers.")
-@click.option("--hold-weight", type=click.FloatRange(0, 1),
-              help="distill, menu-imitate, hindsight: a hold label's weight in the loss against a trade's 1 (default 0.3; 1.0 for hindsight); 0 "
-                   "learns from the teachers' trades only (docs/TRAINING.md#distilling-the-best-agents).")
-@click.option("--trade-cost", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="menu, menu-pg, menu-value: taken off every trade's reward in the training target (validation and eval "
-                   "price trades as they are): a trade must pay this much on average to rank above hold.")
-@click.option("--anchor", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="menu-value: the starting policy's margins (--init-from) as a prior of this weight against the rewards' 1: "
-                   "each margin is fitted to (reward / T + anchor x its starting margin) / (1 + anchor), so what the "
-                   "student holds on with confidence stays held unless the rewards disagree.")
-@click.option("--teacher-answers", type=click.Choice(["all", "news"]),
-              help="distill: which of the teachers' train answers it imitates (default news): all, or news = their trades of the stock the "
-                   "latest headline of the last 30 minutes names and their holds where no headline is that fresh (the "
-                   "answers a reader of the prompt can reproduce; docs/TRAINING.md#distilling-the-best-agents).")
-@click.option("--awr-beta", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="AWR temperature: smaller trusts the judge more.")
-@click.option("--merge", is_flag=True, help="Also save the base model with the adapter merged in (torch).")
-@click.option("--judge", type=click.Choice(["heuristic", "ruler", "art-ruler"]), default="heuristic", show_default=True,
-              help="Judge used to score the dataset first when it has no scores.parquet yet (see `score`).")
+@cli.command(cls=TrainCommand, params=train_params())
 @click.pass_obj
 @error_handler
 def train(obj: BabylonContext, **options) -> None:
-    """Train a policy: by default (torch) distil the agents that stand above their peers on the train windows.
+    """Train a policy: by default (torch) hindsight, the trade each fresh headline's meaning calls for.
 
     \b
-    With no --objective on the torch back-end: the logged answers of the agents the data proves
-    best (`cli.py agents`), from frozen states (docs/TRAINING.md). --objective grpo: one GRPO
+    With no --objective on the torch back-end: hindsight, every agent's decisions fitted where the
+    latest fresh headline names a stock to the trade of it that news of its meaning paid on the train
+    windows, elsewhere to hold, from frozen states (docs/TRAINING.md). --objective grpo: one GRPO
     group per window of a dataset's scored trajectories (the ART back-ends' default).
     --on-policy: the policy (SmolLM2-135M-Instruct by default, made on first use) answers the
     train split's replayed decisions, --samples answers each, priced by what the market did.

@@ -52,6 +52,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
 from babylon_rl.improve_state import STAGES, ImproveState, Iteration, state_path
 from babylon_rl.model_names import in_home
+from babylon_rl.train import objectives
 
 if TYPE_CHECKING:
     from babylon_rl.context import BabylonContext
@@ -73,7 +74,7 @@ class ImproveOptions:
     policy_agents: int = 2  # agents the champion plays
     steps_per_window: int = 3
     news_strength: float = 1.0  # 0: nothing to learn, no candidate may be promoted
-    # hindsight: `train`'s default, its recipe (train/loop.py RECIPES); counterfactual or grpo: on the champion's own answers
+    # hindsight: `train`'s default, its recipe (`Objective.recipe`, train/objectives/); counterfactual or grpo: on the champion's own answers
     objective: str = "hindsight"
     steps: int | None = None  # training steps per iteration; None: hindsight's recipe, 12 on the champion's answers
     groups_per_step: int | None = None  # None: hindsight's recipe, 16 on the champion's answers
@@ -265,7 +266,7 @@ def _train(ctx: "BabylonContext", options: ImproveOptions, it: Iteration) -> str
     resume = bool(RunDir.for_run(ctx.home, name).checkpoint_steps())
     common = dict(dataset=name, run_name=name, backend="torch", base_model=it.champion, merge=True, objective=options.objective,
                   seed=options.seed, device=options.device, resume=resume or None)
-    if options.objective == "hindsight":  # the recipe's own defaults where the loop names none
+    if objectives.get(options.objective).recipe:  # the recipe's own defaults where the loop names none
         result = ctx.train(**common, learning_rate=options.learning_rate, groups_per_step=options.groups_per_step,
                            max_steps=options.steps)
     else:

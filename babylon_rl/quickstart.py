@@ -52,8 +52,8 @@ class QuickstartOptions:
     news_strength: float = 1.0  # 0: headlines say nothing about prices (the control: no learning to show)
     # fresh: every headline worded afresh, the held-out (latest) half in phrasings the rest never used (simulate/news.py)
     wording: str = "fresh"
-    # Training is `train`'s own recipe for hindsight and its imitation baseline (train/loop.py RECIPES: LoRA on the top block
-    # from frozen states, many epochs over few decisions, the checkpoint chosen on validation), run twice as long: the
+    # Training is `train`'s own recipe for hindsight and its imitation baseline (their `Objective.recipe`, train/objectives/:
+    # LoRA on the top block from frozen states, many epochs over few decisions, the checkpoint chosen on validation), run twice as long: the
     # student's validation still rose at the recipe's 192 steps. On 2 cores with native bf16 each distinct decision's
     # frozen states cost ~0.3 s once (~0.6 s in float32 without it) and a step of 32 ~0.22 s (docs/BENCHMARKS.md#quickstart).
     # Both runs draw the same train decisions (every agent's, the same seed), so their frozen states are computed once.

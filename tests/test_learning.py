@@ -958,7 +958,8 @@ def test_the_torch_back_end_trains_hindsight_by_default_and_art_keeps_grpo():
 def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> None:
     """`train --dataset NAME` alone runs hindsight's one-block recipe (credit by meaning, docs/TRAINING.md); its imitation
     baseline gets the same budget; other objectives and back-ends keep the general defaults; what a user gives wins."""
-    from babylon_rl.train.loop import DEFAULTS, RECIPES, TrainConfig
+    from babylon_rl.train.loop import DEFAULTS, TrainConfig
+    from babylon_rl.train.objectives import RECIPES
 
     plain = TrainConfig(dataset="d")
     assert plain.objective == "hindsight" and {k: getattr(plain, k) for k in RECIPES["hindsight"]} == RECIPES["hindsight"]
@@ -1020,7 +1021,7 @@ def test_hindsight_fits_the_credited_trade_of_the_named_stock_and_hold_elsewhere
     the stock did in this window and whatever the logged agent answered; a stale headline, no headline, or a credited
     hold is fitted to hold, and so is a credited trade the valid menu lacks."""
     from babylon_rl.train.cached import MenuOptions, MenuTrainer, menu
-    from babylon_rl.train.menu_losses import hindsight_index
+    from babylon_rl.train.objectives.hindsight import hindsight_index
 
     def target(news: str, direction: str | None, at: str = "12:13") -> tuple[str, str]:
         task = replace(_menu_task(news, at), news_direction=direction)
@@ -1193,8 +1194,7 @@ def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunk
 def test_every_menu_objective_has_one_loss_and_every_loss_an_objective():
     """The registry a newcomer adds a menu objective to: each `--objective` of the menu names a loss of
     `menu_losses.LOSSES`, and no loss is left without one."""
-    from babylon_rl.train.menu_losses import LOSSES
-    from babylon_rl.train.objectives import MENU_OBJECTIVES
+    from babylon_rl.train.objectives import LOSSES, MENU_OBJECTIVES
 
     assert set(MENU_OBJECTIVES.values()) == set(LOSSES)
 

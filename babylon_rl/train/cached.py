@@ -16,7 +16,7 @@ nearly always did, so it learns to trade everywhere; the other two trade only wh
 average, which is what P&L and trade precision reward. The expected reward's gradient on an answer
 scales with the answer's probability, so it refines what the policy already does and cannot find a
 paying answer the policy never gives; least squares moves every answer by its error and stops where
-the fit is right. Each objective's target and loss are in `menu_losses.py`; this module makes the items, computes
+the fit is right. Each objective's target and loss are in its module (`objectives/`, the batch they read in `menu_losses.py`); this module makes the items, computes
 their frozen states and steps the adapter.
 
 Why renamed tickers: the stocks are exchangeable, but a window's moves are shared by all of its
@@ -53,7 +53,10 @@ from babylon_rl.train import memory
 from babylon_rl.train.credit import company_names
 from babylon_rl.train.frozen import Packed, SplitModel, answer_logprobs, bottom_dtype, layout, pack, shared_prefix
 from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE, Task, longest_prompts
-from babylon_rl.train.menu_losses import HOLD_INDEX, LOSSES, MenuBatch, counterfactual, imitate, margins
+from babylon_rl.train.menu_losses import HOLD_INDEX, MenuBatch, margins
+from babylon_rl.train.objectives import LOSSES
+from babylon_rl.train.objectives.imitation import imitate
+from babylon_rl.train.objectives.priced import counterfactual
 from babylon_rl.train.step import optimizer_step, slices
 from babylon_rl.train.torch_backend import Checkpoints
 
@@ -190,7 +193,7 @@ def make_items(tokenizer, tasks: list[Task], options: MenuOptions, variants: int
         priced = [task.price(a) for a in answers]
         rewards = np.array([r for r, _ in priced], dtype=np.float32)
         correct = np.array([float(o.correct) for _, o in priced], dtype=np.float32)
-        index = LOSSES[options.objective].target(task, answers, rewards)
+        index = LOSSES[options.objective].target_index(task, answers, rewards)
         paid = min(abs(priced[index][1].pnl) / PNL_SCALE, PNL_CLIP) if index >= 0 else 0.0
         tickers = sorted(task.truth.stocks)
         for _ in range(max(variants, 1)):
@@ -555,7 +558,7 @@ class MenuTrainer(Checkpoints):
         return {"loss": total, "grad_norm": grad_norm, "seconds": time.monotonic() - started, "chosen": chosen}
 
     def _loss(self, items: list[MenuItem]):
-        """The mean loss of these items under the options' objective (`menu_losses.LOSSES`), or with `imitation_weight`
+        """The mean loss of these items under the options' objective (`objectives.LOSSES`), or with `imitation_weight`
         that weight of fitting the target plus the rest of counterfactual's; and their menu log-probabilities."""
         o = self.options
         # before the pass that trains: the anchor's pass swaps the weights in place, which would break its backward

@@ -23,7 +23,8 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.model_names import resolve, resolve_base
 from babylon_rl.settings import Home
 from babylon_rl.train.data import Group, Schedule, load_scored_dataset
-from babylon_rl.train.objectives import MENU_OBJECTIVES, Objective
+from babylon_rl.train import objectives
+from babylon_rl.train.objectives import GENERAL, MENU_OBJECTIVES, ObjectiveName, Prepared
 from babylon_rl.train.runs import RunDir
 from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
@@ -35,25 +36,15 @@ if TYPE_CHECKING:
     from babylon_rl.train.torch_backend import StepStats
 
 
-# What an option left unset means: the objective's recipe, else DEFAULTS. The one-block recipe is the student measured to
-# teach on 2 cores (docs/TRAINING.md#the-default-recipe): LoRA on the top block, which runs at the menu's choices only, so
-# a step is cheap and what costs is each distinct decision's frozen states, paid once; many epochs over a few hundred
-# decisions, the checkpoint chosen on validation. menu-imitate, the imitation baseline, gets the same budget.
-DEFAULTS = dict(learning_rate=2e-4, groups_per_step=8, train_layers=4, hold_weight=1.0, teacher_answers="all", keep_best=False)
-_ONE_BLOCK = dict(learning_rate=3e-3, groups_per_step=32, train_layers=1, hold_weight=0.3, train_decisions=640, max_steps=192,
-                  eval_every=16, keep_best=True)
-# hindsight holds at full weight: its credit is a critic's, which holds wherever it is unsure, and a student that weighs
-# those holds lightly trades wherever it is unsure too, at a far lower precision (docs/TRAINING.md#credit-by-meaning)
-RECIPES: dict[str, dict] = {"distill": _ONE_BLOCK | {"teacher_answers": "news"}, "menu-imitate": _ONE_BLOCK,
-                            "hindsight": _ONE_BLOCK | {"hold_weight": 1.0}}
-
+# What an option left unset means: the objective's recipe (`Objective.recipe`), else DEFAULTS (train/objectives/base.py)
+DEFAULTS = GENERAL
 
 class TrainConfig(BaseModel):
     dataset: str
     backend: Literal["torch", "art", "serverless"] = "torch"
     base_model: str = "smollm2-135m"
     run_name: str | None = None
-    # None: the objective's recipe (RECIPES), else DEFAULTS; a --resume run keeps what its first run resolved
+    # None: the objective's recipe (`Objective.recipe`), else DEFAULTS; a --resume run keeps what its first run resolved
     learning_rate: float | None = Field(None, gt=0)  # LoRA on SmolLM2 (2e-4 by default); the tiny model needs ~1e-3
     max_steps: int | None = Field(None, ge=1)
     epochs: int | None = Field(None, ge=1)  # wins over max_steps
@@ -68,8 +59,8 @@ class TrainConfig(BaseModel):
     lora_r: int = Field(16, ge=0)  # 0: full fine-tune (the tiny model)
     inner_epochs: int = Field(1, ge=1)
     merge: bool = False
-    # None: distill on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
-    objective: Objective | None = None
+    # None: hindsight on the torch back-end (a step costs seconds: docs/TRAINING.md), GRPO on ART and with --on-policy
+    objective: ObjectiveName | None = None
     awr_beta: float = Field(1.0, gt=0)
     # on-policy: the policy answers the train split's replayed decisions itself (train/grpo.py)
     on_policy: bool = False
@@ -102,22 +93,15 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _default_objective(self) -> "TrainConfig":
         if self.objective is None:
-            self.objective = "hindsight" if self.backend == "torch" and not self.on_policy else "grpo"
-        if self.hold_weight is not None and self.hold_weight != 1 and self.objective not in ("distill", "menu-imitate", "hindsight"):
-            raise ValueError(f"--hold-weight weighs the hold labels of distill, menu-imitate and hindsight, not {self.objective}")
-        if self.trade_cost and self.objective not in ("menu", "menu-pg", "menu-value"):
-            raise ValueError(f"--trade-cost prices the trades of menu, menu-pg and menu-value, not {self.objective}")
-        if self.anchor and self.objective != "menu-value":
-            raise ValueError(f"--anchor weighs the starting policy's margins in menu-value's fit, not in {self.objective}")
-        if self.teacher_answers not in (None, "all") and self.objective != "distill":
-            raise ValueError(f"--teacher-answers chooses which of the teachers' answers distill imitates, not {self.objective}")
+            self.objective = objectives.default_objective(self.backend, self.on_policy)
+        refused = objectives.refusal(self.spec, self.__dict__)  # an option of another objective: `Option.refusal`
+        if refused:
+            raise ValueError(refused)
         if self.train_decisions and not self.on_decisions:
             raise ValueError(f"--train-decisions draws decisions for the decision objectives, not for {self.objective} over logged conversations")
-        if self.population and self.objective not in MENU_OBJECTIVES:
-            raise ValueError(f"a population trains a menu objective ({', '.join(MENU_OBJECTIVES)}), not {self.objective}")
         if self.resume:  # the run's saved config is what runs (`run_dir`): a recipe's length must not pass for a new one
             return self
-        recipe = RECIPES.get(self.objective, {}) if self.backend == "torch" and not self.on_policy else {}
+        recipe = self.spec.recipe if self.backend == "torch" and not self.on_policy else {}
         for name, value in (DEFAULTS | recipe).items():
             if getattr(self, name) is None and not (name == "max_steps" and self.epochs):
                 setattr(self, name, value)
@@ -128,9 +112,14 @@ class TrainConfig(BaseModel):
         return self.run_name or f"{self.dataset}-{self.backend}"
 
     @property
+    def spec(self) -> objectives.Objective:
+        """The objective's object: its recipe, options, preparation, loss (train/objectives/)."""
+        return objectives.get(self.objective)
+
+    @property
     def on_decisions(self) -> bool:
         """Trained on replayed decisions (its own answers, every menu answer, or the logged ones), not on scored trajectories."""
-        return self.on_policy or self.objective in ("imitate", "counterfactual", *MENU_OBJECTIVES)
+        return self.on_policy or self.spec.family in ("decisions", "menu")
 
 
 @dataclass
@@ -189,7 +178,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
     """The trainer for this config (a population's is `make_population`'s); a decision trainer sizes its memory by
     the train and validation decisions it will see (`scheduled`); a menu trainer starts from `init_adapter` when given
     (`warm_start`) and keeps its frozen states in `states_dir` across processes."""
-    if config.objective in MENU_OBJECTIVES:
+    if config.spec.family == "menu":
         from babylon_rl.train.cached import MenuTrainer
 
         return MenuTrainer(base_model, menu_options(config), *seen, init_adapter=init_adapter, states_dir=states_dir)
@@ -202,7 +191,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
             max_new_tokens=config.max_new_tokens, inner_epochs=config.inner_epochs, clip_eps=config.clip_eps,
             kl_coef=config.kl_coef, lora_r=config.lora_r, train_layers=config.train_layers, seed=config.seed,
             device=resolve_device(config.device), reward_temperature=config.reward_temperature,
-            objective=config.objective if config.objective in ("imitate", "counterfactual") else "grpo"),
+            objective=config.objective if config.spec.family == "decisions" else "grpo"),
             [*seen[0], *seen[1]])
     if config.backend == "torch":
         from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
@@ -291,7 +280,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     run, config = load_run(home, config)
     data = _load_data(home, config)
     base_model = _base_model(home, config, console)
-    data = _drawn(_credited(data, config, base_model), config)
+    data = _drawn(_prepared(data, home, config, base_model), config)
     init_adapter = None
     if config.init_from:
         init_adapter, parent_ids = warm_start(home, config, base_model)
@@ -424,24 +413,14 @@ def _load_data(home: Home, config: TrainConfig):
     if config.on_decisions:
         from babylon_rl.train.decisions import load_decision_data
 
-        data = load_decision_data(home, config.dataset)
-        if config.objective == "distill":
-            from babylon_rl.dataset.dataset import Dataset
-            from babylon_rl.train.teachers import choose, taught
-
-            data = taught(data, choose(Dataset.open(home, config.dataset), config.seed), config.teacher_answers)
-        return data
+        return load_decision_data(home, config.dataset)
     return load_scored_dataset(home, config.dataset)
 
 
-def _credited(data, config: TrainConfig, base_model: str):
-    """hindsight: every train decision with what its headline calls for (train/credit.py), learned with the base model."""
-    if config.objective != "hindsight":
-        return data
-    from babylon_rl.train.credit import HeadlineEmbedder, credited
-    from babylon_rl.train.models import resolve_device
-
-    return credited(data, HeadlineEmbedder(base_model, resolve_device(config.device)))
+def _prepared(data, home: Home, config: TrainConfig, base_model: str):
+    """The train decisions the objective reads (`Objective.prepare`: distill's teachers' answers, hindsight's credit)."""
+    prepare = config.spec.prepare if config.on_decisions else None
+    return prepare(data, Prepared(home, config, base_model)) if prepare else data
 
 
 def _drawn(data, config: TrainConfig):
@@ -461,7 +440,7 @@ def warm_start(home: Home, config: TrainConfig, base_model: str) -> tuple[Path, 
 
     from babylon_rl.dataset.dataset import Dataset
 
-    if config.objective not in MENU_OBJECTIVES:
+    if config.spec.family != "menu":
         raise ConfigError(f"--init-from starts a menu objective ({', '.join(MENU_OBJECTIVES)}) from an adapter; "
                           f"--objective {config.objective} cannot start from one")
     ref = resolve(home, config.init_from)

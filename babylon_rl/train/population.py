@@ -30,6 +30,7 @@ import numpy as np
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
+from babylon_rl.train import objectives
 from babylon_rl.train.cached import MenuItem, MenuOptions, MenuTrainer
 from babylon_rl.train.decisions import StepResult, Task
 from babylon_rl.train.torch_backend import STATE_JSON, CheckpointError, read_checkpoint_state, sha256
@@ -48,17 +49,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "imitation_weight": (0.0, 1.0),
     "hold_weight": (0.0, 1.0),
 }
-# what mutation may change, by objective: the menu's target temperature; distillation's mix of imitation and the menu
-MUTABLE = {
-    "menu": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "reward_temperature"),
-    "menu-pg": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
-    "menu-value": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema"),
-    "distill": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "imitation_weight", "hold_weight", "reward_temperature"),
-    "menu-imitate": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
-    "hindsight": ("learning_rate", "lora_r", "lora_alpha", "batch", "ema", "hold_weight"),
-}
-
-
 @dataclass
 class Hyper:
     """One member's hyper-parameters."""
@@ -98,7 +88,7 @@ class Hyper:
 class PopulationOptions:
     size: int
     evolve_every: int
-    objective: str  # menu | menu-pg | menu-value | distill | menu-imitate
+    objective: str  # a menu objective's name; what it may mutate is its `Objective.mutable`
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     replace_bottom: float | None = None  # PBT: replace only this bottom share, from the same top share
     tournament: int = 2  # members drawn per tournament
@@ -166,7 +156,7 @@ class PopulationTrainer(MenuTrainer):
         self._evolve_rng = np.random.default_rng(population.seed + 1)
         self._batch_rng = np.random.default_rng(population.seed + 2)
         first = Hyper(options.learning_rate, options.lora_r, 2.0 * options.lora_r, min(groups_per_step, int(self.limits["batch"][1])),
-                      options.ema, options.reward_temperature, 1.0 if population.objective == "distill" else None,
+                      options.ema, options.reward_temperature, objectives.get(population.objective).imitation_weight,
                       options.hold_weight)
         start = self._weights_of("default")
         self.members: list[Member] = []
@@ -183,7 +173,7 @@ class PopulationTrainer(MenuTrainer):
     def _spread(self, hyper: Hyper) -> Hyper:
         """A starting setting near `hyper`: each mutable continuous knob drawn log-uniformly within x/2..2x, in bounds."""
         changes = {}
-        for name in MUTABLE[self.population.objective]:
+        for name in objectives.get(self.population.objective).mutable:
             if name in ("lora_r", "batch"):
                 continue
             value, (low, high) = getattr(hyper, name), self.limits[name]
@@ -358,7 +348,7 @@ class PopulationTrainer(MenuTrainer):
         """`loser`'s place taken by a copy of `parent` with one hyper-parameter mutated (`Hyper.mutated`)."""
         import copy
 
-        name = str(self._evolve_rng.choice(MUTABLE[self.population.objective]))
+        name = str(self._evolve_rng.choice(objectives.get(self.population.objective).mutable))
         hyper = parent["hyper"].mutated(name, self._evolve_rng, self.limits)
         member = self._install(loser.name, hyper, parent["weights"])
         if (hyper.lora_r, hyper.lora_alpha) == (parent["hyper"].lora_r, parent["hyper"].lora_alpha):
