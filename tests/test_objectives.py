@@ -52,3 +52,46 @@ def test_an_option_is_refused_in_one_line_by_every_objective_that_does_not_take_
             result = run_cli("train", "--dataset", "nothing", "--objective", objective.name, option.flags[0], str(value))
             assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
             assert result.output.rstrip().endswith(objective.name), result.output
+
+
+# -- imitate-paid: the objective docs/TRAINING.md#adding-an-objective adds --------------------------------------------
+BUY_ACME, BUY_BOLT = '{"action": "buy", "ticker": "ACME", "shares": 50}', '{"action": "buy", "ticker": "BOLT", "shares": 50}'
+
+
+def _decision(logged: str, trajectory_id: str = "t1"):
+    """A decision whose window ACME rose in (220 -> 230) and BOLT fell (52 -> 50), answered `logged`."""
+    from babylon_rl.evaluate.prompts import decision_prompt
+    from babylon_rl.evaluate.scoring import GroundTruth, Stock, read_observation
+    from babylon_rl.train.decisions import Task
+
+    observation = ("It is 12:23 UTC; window 2025-01-01T12:00 closes in 37 min.\nPrices:\n  ACME $223.79 (+0.13% since your last look)\n"
+                   "  BOLT $51.20 (-0.40% since your last look)\nNews so far this window:\n  [12:13] ACME: Acme Corp beats earnings "
+                   "expectations\nYour portfolio: cash $20,000.00; positions: ACME 50 @ $220.00, BOLT 50 @ $51.00; open bets: none; "
+                   "P&L so far $+0.00.")
+    truth = GroundTruth("2025-01-01T12:00", {"ACME": Stock(220.0, 230.0), "BOLT": Stock(52.0, 50.0)}, {})
+    return Task(trajectory_id, "2025-01-01T12:00", decision_prompt(observation), read_observation(observation), truth, logged)
+
+
+def test_imitate_paid_fits_the_logged_trade_where_it_paid_and_hold_where_it_lost_or_held(small_llama):
+    import numpy as np
+
+    from babylon_rl.train.cached import MenuOptions, MenuTrainer, menu
+    from babylon_rl.train.objectives.paid import paid_index
+
+    def target(logged: str) -> str:
+        task = _decision(logged)
+        answers = menu(task, 50)
+        rewards = np.array([task.price(a)[0] for a in answers], dtype=np.float32)
+        return answers[paid_index(task, answers, rewards)]
+
+    hold = menu(_decision(BUY_ACME), 50)[0]
+    assert target(BUY_ACME) == BUY_ACME  # ACME rose: the trade paid
+    assert target(BUY_BOLT) == hold  # BOLT fell: the trade lost
+    assert target('{"action": "sell", "ticker": "ACME", "shares": 50}') == hold
+    assert target('{"action": "hold"}') == hold
+    # through the registry: its recipe (its holds at full weight) and its targets on the trainer's items
+    config = TrainConfig(dataset="d", objective="imitate-paid")
+    assert (config.train_layers, config.learning_rate, config.max_steps, config.hold_weight) == (1, 3e-3, 192, 1.0)
+    trainer = MenuTrainer(str(small_llama), MenuOptions(objective=objectives.MENU_OBJECTIVES["imitate-paid"], train_layers=1, variants=0))
+    items = trainer.items_for([_decision(BUY_ACME), _decision(BUY_BOLT, "t2")], 0)
+    assert [item.answers[item.target_index] for item in items] == [BUY_ACME, hold]

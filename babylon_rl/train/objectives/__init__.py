@@ -18,6 +18,7 @@ from babylon_rl.train.objectives.hindsight import HINDSIGHT
 from babylon_rl.train.objectives.imitation import MENU_IMITATE
 from babylon_rl.train.objectives.logged import AWR, GRPO
 from babylon_rl.train.objectives.options import COMMON, FAMILY_OPTIONS, FAMILY_TITLES
+from babylon_rl.train.objectives.paid import IMITATE_PAID
 from babylon_rl.train.objectives.priced import MENU, MENU_PG, MENU_VALUE
 from babylon_rl.train.objectives.replayed import COUNTERFACTUAL, IMITATE
 
@@ -36,6 +37,7 @@ REGISTRY: dict[str, Objective] = {o.name: o for o in (
     DISTILL,
     MENU_IMITATE,
     HINDSIGHT,
+    IMITATE_PAID,
 )}
 
 OBJECTIVES: tuple[str, ...] = tuple(REGISTRY)
