@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # What an option left unset means: the objective's recipe (`Objective.recipe`), else DEFAULTS (train/objectives/base.py)
 DEFAULTS = GENERAL
 
+
 class TrainConfig(BaseModel):
     dataset: str
     backend: Literal["torch", "art", "serverless"] = "torch"
@@ -215,7 +216,7 @@ def menu_options(config: TrainConfig) -> MenuOptions:
     if not 0 < config.train_layers:
         raise ConfigError(f"--objective {config.objective} trains the top --train-layers blocks from their frozen input: give it 1 or more")
     return MenuOptions(
-        objective=MENU_OBJECTIVES[config.objective],
+        objective=config.spec.loss.key,
         learning_rate=config.learning_rate, reward_temperature=config.reward_temperature, shares=config.shares,
         hold_weight=config.hold_weight, trade_cost=config.trade_cost, anchor=config.anchor, variants=config.variants, lora_r=config.lora_r, train_layers=config.train_layers,
         seed=config.seed,
