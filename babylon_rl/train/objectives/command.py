@@ -17,9 +17,10 @@ def params() -> list[click.Option]:
     made = []
     for option in objectives.options():
         kind = click.Choice(objectives.OBJECTIVES) if option.name == "objective" else option.type
-        made.append(click.Option([*option.flags, option.name], type=kind, default=option.default, show_default=option.show_default,
-                                 is_flag=option.is_flag or None, multiple=option.multiple, metavar=option.metavar, help=option.help,
-                                 required=option.required))
+        # no default: click's own "not given", which the context drops; an on/off pair needs None, or click gives it off
+        unset = {"default": option.default} if option.default is not None or "/" in option.flags[0] else {}
+        made.append(click.Option([*option.flags, option.name], type=kind, show_default=option.show_default, is_flag=option.is_flag or None,
+                                 multiple=option.multiple, metavar=option.metavar, help=option.help, required=option.required, **unset))
     return made
 
 

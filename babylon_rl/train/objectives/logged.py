@@ -15,7 +15,6 @@ GRPO = Objective(
                "each), each answer priced by the window's ground truth. Without it: the logged trajectories' scores.", is_flag=True),
         Option(("--samples",), "samples", "--on-policy: answers per decision (the group).", click.IntRange(min=2), 8, True),
         Option(("--temperature",), "temperature", "--on-policy: sampling temperature.", click.FloatRange(min=0, min_open=True), 0.8, True),
-        Option(("--max-new-tokens",), "max_new_tokens", "--on-policy: answer length bound.", click.IntRange(min=4), 32, True),
         Option(("--train-decisions",), "train_decisions", "--on-policy: train on at most N of the train decisions, drawn once from "
                "--seed.", click.IntRange(min=1), unset="all"),
     ))
