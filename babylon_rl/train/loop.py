@@ -7,6 +7,7 @@ into group-normalised advantages and updates the policy on the logged conversati
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections import Counter
@@ -280,8 +281,9 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     # data and run
     run, config = load_run(home, config)
     data = _load_data(home, config)
-    base_model = _base_model(home, config, console)
-    data = _drawn(_prepared(data, home, config, base_model), config)
+    resolved = functools.cache(lambda: _base_model(home, config, console))
+    data = _drawn(_prepared(data, home, config, resolved), config)
+    base_model = resolved()
     init_adapter = None
     if config.init_from:
         init_adapter, parent_ids = warm_start(home, config, base_model)
@@ -418,7 +420,7 @@ def _load_data(home: Home, config: TrainConfig):
     return load_scored_dataset(home, config.dataset)
 
 
-def _prepared(data, home: Home, config: TrainConfig, base_model: str):
+def _prepared(data, home: Home, config: TrainConfig, base_model: Callable[[], str]):
     """The train decisions the objective reads (`Objective.prepare`: distill's teachers' answers, hindsight's credit)."""
     prepare = config.spec.prepare if config.on_decisions else None
     return prepare(data, Prepared(home, config, base_model)) if prepare else data

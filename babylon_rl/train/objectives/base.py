@@ -85,11 +85,16 @@ class Settings(Protocol):
 
 @dataclass(frozen=True)
 class Prepared:
-    """What a preparation is handed: the home, the config, the base model the run trains."""
+    """What a preparation is handed: the home, the config, and the base model the run trains, resolved (the default
+    converted on first use) only when a preparation asks for it: distill refuses a dataset without teachers first."""
 
     home: "Home"
     config: Settings
-    base_model: str
+    resolve_base: Callable[[], str]
+
+    @property
+    def base_model(self) -> str:
+        return self.resolve_base()
 
 
 # where an objective trains: over a dataset's scored conversations (logged), on replayed decisions with the policy's own
