@@ -1,7 +1,7 @@
 """`train`'s options that are no one objective's: every objective's (COMMON) and each family's (FAMILY_OPTIONS).
 
 An objective's own options are in its module. The defaults a recipe changes are not written here: the help shows them
-from GENERAL and the recipes (`objectives.default_text`).
+from GENERAL and the recipes (`command.TrainCommand`).
 """
 
 from __future__ import annotations
