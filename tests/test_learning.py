@@ -958,7 +958,8 @@ def test_the_torch_back_end_trains_hindsight_by_default_and_art_keeps_grpo():
 def test_an_unset_option_takes_the_objectives_recipe_and_a_given_one_wins() -> None:
     """`train --dataset NAME` alone runs hindsight's one-block recipe (credit by meaning, docs/TRAINING.md); its imitation
     baseline gets the same budget; other objectives and back-ends keep the general defaults; what a user gives wins."""
-    from babylon_rl.train.loop import DEFAULTS, TrainConfig
+    from babylon_rl.train.loop import TrainConfig
+    from babylon_rl.train.objectives import GENERAL as DEFAULTS
     from babylon_rl.train.objectives import RECIPES
 
     plain = TrainConfig(dataset="d")

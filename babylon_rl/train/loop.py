@@ -37,16 +37,12 @@ if TYPE_CHECKING:
     from babylon_rl.train.torch_backend import StepStats
 
 
-# What an option left unset means: the objective's recipe (`Objective.recipe`), else DEFAULTS (train/objectives/base.py)
-DEFAULTS = GENERAL
-
-
 class TrainConfig(BaseModel):
     dataset: str
     backend: Literal["torch", "art", "serverless"] = "torch"
     base_model: str = "smollm2-135m"
     run_name: str | None = None
-    # None: the objective's recipe (`Objective.recipe`), else DEFAULTS; a --resume run keeps what its first run resolved
+    # None: the objective's recipe (`Objective.recipe`), else GENERAL (train/objectives/base.py); a --resume run keeps what its first run resolved
     learning_rate: float | None = Field(None, gt=0)  # LoRA on SmolLM2 (2e-4 by default); the tiny model needs ~1e-3
     max_steps: int | None = Field(None, ge=1)
     epochs: int | None = Field(None, ge=1)  # wins over max_steps
@@ -104,7 +100,7 @@ class TrainConfig(BaseModel):
         if self.resume:  # the run's saved config is what runs (`run_dir`): a recipe's length must not pass for a new one
             return self
         recipe = self.spec.recipe if self.backend == "torch" and not self.on_policy else {}
-        for name, value in (DEFAULTS | recipe).items():
+        for name, value in (GENERAL | recipe).items():
             if getattr(self, name) is None and not (name == "max_steps" and self.epochs):
                 setattr(self, name, value)
         return self

@@ -49,6 +49,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "imitation_weight": (0.0, 1.0),
     "hold_weight": (0.0, 1.0),
 }
+
+
 @dataclass
 class Hyper:
     """One member's hyper-parameters."""
