@@ -7,7 +7,7 @@ import json
 
 from babylon_rl.train.data import encode_conversation
 from babylon_rl.train.tiny import TinySpec, build_model, train_tokenizer
-from babylon_rl.train.torch_backend import generate_answer
+from babylon_rl.train.checkpoints import generate_answer
 from tests.train_factory import write_dataset
 
 

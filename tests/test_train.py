@@ -13,7 +13,8 @@ import pytest
 from babylon_rl.settings import Home
 from babylon_rl.train.data import Schedule, load_scored_dataset
 from babylon_rl.train.loop import StepHooks, TrainConfig, train
-from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer, generate_answer, load_for_generation
+from babylon_rl.train.checkpoints import generate_answer, load_for_generation
+from babylon_rl.train.logged_trainer import TorchOptions, TorchTrainer
 from tests import game_rows
 from tests.train_factory import write_dataset
 from tests.train_support import build_template, install

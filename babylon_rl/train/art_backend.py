@@ -23,7 +23,8 @@ from typing import Any, Callable
 from babylon_rl import art_compat
 from babylon_rl.errors import ConfigError
 from babylon_rl.train.data import Group
-from babylon_rl.train.torch_backend import STATE_JSON, CheckpointError, StepStats
+from babylon_rl.train.checkpoints import STATE_JSON, CheckpointError
+from babylon_rl.train.logged_trainer import StepStats
 
 ART_KINDS = ("art", "serverless")
 GPU_DEPS = ("unsloth", "vllm")

@@ -58,7 +58,7 @@ from babylon_rl.train.objectives import LOSSES
 from babylon_rl.train.objectives.imitation import imitate
 from babylon_rl.train.objectives.priced import counterfactual
 from babylon_rl.train.step import optimizer_step, slices
-from babylon_rl.train.torch_backend import Checkpoints
+from babylon_rl.train.checkpoints import Checkpoints, load_adapter
 
 
 LENGTH_SAMPLE = 64  # tasks packed to estimate the frozen states' size before training
@@ -683,16 +683,6 @@ class MenuTrainer(Checkpoints):
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         self.steps = state["steps"]
-
-
-def load_adapter(model, adapter: Path) -> None:
-    """The adapter's weights into `model`'s LoRA (the same rank and blocks: `loop.warm_start` checked them)."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    from babylon_rl.train.torch_backend import ADAPTER_FILE
-
-    set_peft_model_state_dict(model, load_file(str(adapter / ADAPTER_FILE)))
 
 
 def _padded(rows: list[np.ndarray], width: int, device):

@@ -43,7 +43,7 @@ from babylon_rl.train import memory
 from babylon_rl.evaluate.scoring import Outcome
 from babylon_rl.train.decisions import LONGEST_SAMPLE, StepResult, Task, longest_prompts
 from babylon_rl.train.step import optimizer_step, slices
-from babylon_rl.train.torch_backend import Checkpoints
+from babylon_rl.train.checkpoints import Checkpoints
 
 SPREAD_EPS = 1e-6  # a decision whose answers' rewards spread less than this teaches nothing
 

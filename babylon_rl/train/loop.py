@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from babylon_rl.train.cached import MenuOptions
     from babylon_rl.train.decisions import StepResult
     from babylon_rl.train.memory import Plan
-    from babylon_rl.train.torch_backend import StepStats
+    from babylon_rl.train.logged_trainer import StepStats
 
 
 class TrainConfig(BaseModel):
@@ -147,7 +147,7 @@ class TrainResult:
 
 
 class Trainer(Protocol):
-    """What the loop needs of a trainer (torch_backend, grpo, cached, population, art_backend): a step on a batch of the
+    """What the loop needs of a trainer (logged_trainer, grpo, cached, population, art_backend): a step on a batch of the
     train split (windows of logged trajectories, or decisions), a score on the validation sample, checkpoints."""
 
     plan: Plan | None  # its estimated peak memory, printed before the first step; None where it made none
@@ -192,7 +192,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
             objective=config.objective if config.spec.family == "decisions" else "grpo"),
             [*seen[0], *seen[1]])
     if config.backend == "torch":
-        from babylon_rl.train.torch_backend import TorchOptions, TorchTrainer
+        from babylon_rl.train.logged_trainer import TorchOptions, TorchTrainer
 
         return TorchTrainer(base_model, TorchOptions(
             learning_rate=config.learning_rate, kl_coef=config.kl_coef, clip_eps=config.clip_eps,

@@ -30,10 +30,11 @@ import numpy as np
 
 from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
+from babylon_rl.hashing import file_sha256 as sha256
 from babylon_rl.train import objectives
 from babylon_rl.train.cached import MenuItem, MenuOptions, MenuTrainer
 from babylon_rl.train.decisions import StepResult, Task
-from babylon_rl.train.torch_backend import STATE_JSON, CheckpointError, read_checkpoint_state, sha256
+from babylon_rl.train.checkpoints import STATE_JSON, CheckpointError, read_checkpoint_state
 
 POPULATION_STATE = "population.pt"  # every member's weights, averaged weights, optimizer and steps: what resume reads
 POPULATION_JSON = "population.json"  # hyper-parameters, fitness history and lineage: what people and the report read

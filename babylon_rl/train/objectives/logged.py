@@ -1,4 +1,4 @@
-"""grpo and awr: a dataset's logged conversations, one group per window, weighed by the judge's scores (torch_backend.py,
+"""grpo and awr: a dataset's logged conversations, one group per window, weighed by the judge's scores (logged_trainer.py,
 art_backend.py); grpo with --on-policy answers the train split's replayed decisions itself (grpo.py)."""
 
 from __future__ import annotations
