@@ -233,7 +233,7 @@ def _release_training_states() -> None:
     before it, so that the process's peak is the eval's or the training's, not their sum."""
     import gc
 
-    from babylon_rl.train.cached import SHARED_STATES
+    from babylon_rl.train.state_cache import SHARED_STATES
 
     SHARED_STATES.clear()
     gc.collect()

@@ -66,7 +66,7 @@ class Home:
 
     @property
     def frozen_states(self) -> Path:
-        """The frozen blocks' output per packed decision, kept across processes (train/cached.py, StatesOnDisk)."""
+        """The frozen blocks' output per packed decision, kept across processes (train/state_cache.py, StatesOnDisk)."""
         return self.root / ".cache" / "frozen-states"
 
     @property

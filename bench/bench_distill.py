@@ -150,7 +150,8 @@ def main() -> None:
     from babylon_rl.evaluate.actions import parse_action
     from babylon_rl.evaluate.rules import fresh_headlines, latest_fresh_headline
     from babylon_rl.quickstart import NAME
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.decisions import load_decision_data
     from babylon_rl.train.teachers import choose
 

@@ -15,7 +15,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from babylon_rl.evaluate.rules import fresh_headlines, latest_fresh_headline  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
-from babylon_rl.train.cached import HOLD_INDEX, MenuOptions, MenuTrainer, menu_logprobs  # noqa: E402
+from babylon_rl.train.menu_items import MenuOptions  # noqa: E402
+from babylon_rl.train.menu_losses import HOLD_INDEX  # noqa: E402
+from babylon_rl.train.menu_ranker import menu_logprobs  # noqa: E402
+from babylon_rl.train.menu_trainer import MenuTrainer  # noqa: E402
 from babylon_rl.train.decisions import load_decision_data  # noqa: E402
 
 HOME = Home.resolve("/tmp/brl-news")

@@ -7,7 +7,7 @@ One command, on the quickstart's world (10 agents, 480 windows, 3 decisions a wi
    and `--eval-per-window` decisions of each eval window; price every answer of each decision's menu
    (hold; buy or sell `--shares` of each stock) against its window's ground truth;
 3. compute the frozen blocks' output once for every packed prompt + menu (train: `--variants` renamed copies);
-4. train LoRA on the top blocks from those states (`babylon_rl/train/cached.py`): the counterfactual menu
+4. train LoRA on the top blocks from those states (`babylon_rl/train/menu_trainer.py`): the counterfactual menu
    objective, and imitation of the logged answers for the same steps (the baseline); every
    `--eval-every` steps both answer validation (the checkpoint is chosen there: highest mean reward),
    and the counterfactual policy also answers the held-out decisions, for the curve only;
@@ -93,7 +93,7 @@ def splits(ctx: BabylonContext, args):
     """Train and validation tasks (train.grpo: never the eval split), then the eval decisions, opened last."""
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.decisions import load_eval_set
-    from babylon_rl.train.cached import next_look
+    from babylon_rl.train.menu_items import next_look
     from babylon_rl.train.decisions import Task, load_decision_data
 
     data = load_decision_data(ctx.home, "learn")
@@ -122,7 +122,7 @@ def teachers_train(ctx: BabylonContext) -> tuple[dict, list]:
 
 def cached(name: str, items, trainer, run_dir: Path, args, log) -> float:
     """Fill the items' frozen states, from disk where an earlier run saved them; seconds per item computed."""
-    from babylon_rl.train.cached import cache_states, load_states, save_states
+    from babylon_rl.train.state_cache import cache_states, load_states, save_states
 
     started = time.monotonic()
     if args.device != "cpu":  # a GPU computes them in seconds: kept on it, never saved
@@ -212,11 +212,11 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--reward-temperature", type=float, default=0.3)
     parser.add_argument("--shares", type=int, default=50)
     parser.add_argument("--horizon", choices=["window-end", "next-look"], default="window-end",
-                        help="what prices the train targets: the window's end, or the agent's next look (cached.next_look); "
+                        help="what prices the train targets: the window's end, or the agent's next look (menu_items.next_look); "
                              "validation and eval always price to the window's end")
     parser.add_argument("--answer-order", choices=["action-first", "ticker-first"], default="action-first",
                         help="how the menu's trades are written for the policy: the game's direction first, or the stock first "
-                             "(cached.shown_answer; the same actions are priced either way)")
+                             "(menu_items.shown_answer; the same actions are priced either way)")
     parser.add_argument("--ema", type=float, default=0.98)
     parser.add_argument("--hold-weight", type=float, default=1.0, help="a logged hold's weight in the imitation losses (distillation's)")
     parser.add_argument("--distill-share", type=float, default=0.5,
@@ -349,7 +349,8 @@ def train_both(args, train, validation, held_out, base_model: str, run_dir: Path
     """Everything that trains or answers, from tasks alone (what the GPU machine runs, bench_learning_gpu.py): the frozen
     states, each policy's training with its checkpoints' answers, the base's (step 0) and the chosen imitation's.
     `--only distill-improve` trains `distill_then_improve` on the `teachers`' train decisions, then on `train`."""
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, make_items
+    from babylon_rl.train.menu_items import MenuOptions, make_items
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     options = MenuOptions(learning_rate=args.learning_rate, reward_temperature=args.reward_temperature, shares=args.shares,
                           variants=args.variants, answer_order=args.answer_order, ema=args.ema, train_layers=args.train_layers,

@@ -26,7 +26,9 @@ def main() -> None:
 
     from bench_learning_gpu import load_pack
     from babylon_rl.settings import Home
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
+    from babylon_rl.train.menu_items import MenuOptions, make_items
+    from babylon_rl.train.menu_trainer import MenuTrainer
+    from babylon_rl.train.state_cache import cache_states
     from babylon_rl.train.frozen import SplitModel
     from babylon_rl.train.decisions import load_decision_data
 

@@ -66,7 +66,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from babylon_rl.settings import Home
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.decisions import load_decision_data
 
     home = Home.resolve(str(args.home))

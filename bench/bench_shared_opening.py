@@ -18,8 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     import numpy as np
 
-    import babylon_rl.train.cached as cached
+    import babylon_rl.train.state_cache as state_cache
     from babylon_rl.settings import Home
+    from babylon_rl.train.menu_items import MenuOptions, make_items
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.decisions import load_decision_data
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -31,15 +33,15 @@ def main() -> None:
 
     home = Home(args.home)
     tasks = load_decision_data(home, args.dataset).train[: args.decisions]
-    options = cached.MenuOptions(train_layers=1)
-    trainer = cached.MenuTrainer(str(home.models / "smollm2-135m"), options)
-    shared_prefix = cached.shared_prefix
+    options = MenuOptions(train_layers=1)
+    trainer = MenuTrainer(str(home.models / "smollm2-135m"), options)
+    shared_prefix = state_cache.shared_prefix
     for _ in range(args.rounds):
         for label, measure in (("each row whole", lambda packs: 0), ("shared opening once", shared_prefix)):
-            items = cached.make_items(trainer.tokenizer, tasks, options, 0, np.random.default_rng(0))
-            cached.shared_prefix = measure
+            items = make_items(trainer.tokenizer, tasks, options, 0, np.random.default_rng(0))
+            state_cache.shared_prefix = measure
             started = time.perf_counter()
-            cached.cache_states(trainer.split, items, options.cache_batch, options.device)
+            state_cache.cache_states(trainer.split, items, options.cache_batch, options.device)
             print(f"{label}: {(time.perf_counter() - started) / len(items):.3f} s a decision over {len(items)}", flush=True)
 
 

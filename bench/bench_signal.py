@@ -145,9 +145,9 @@ def _exchangeable(targets: np.ndarray, answers: list[dict]) -> np.ndarray:
 def objective_signal(home: Home, dataset: str, shares: int, renamed: bool, temperature: float = 0.3,
                      horizon: str = "window-end") -> dict[str, float]:
     """The gain in nats per validation decision of a headline-reading policy over the marginal, under this objective
-    (its targets priced at the window's end, or at the agent's next look: `cached.next_look`)."""
+    (its targets priced at the window's end, or at the agent's next look: `menu_items.next_look`)."""
     from babylon_rl.evaluate.constant import candidates
-    from babylon_rl.train.cached import next_look
+    from babylon_rl.train.menu_items import next_look
 
     data = load_decision_data(home, dataset)
     menu = candidates({data.train[0].window_id: data.train[0].truth}, shares)  # every trade, priced as it would pay

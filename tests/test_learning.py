@@ -405,7 +405,7 @@ def test_train_with_the_default_model_runs_model_init_first(run_cli, home: Path,
     assert result.exit_code == 2 and "stopped before the run" in result.output
 
 
-# -- the frozen part computed once (train/frozen.py, train/cached.py) ----------------------------------------------------
+# -- the frozen part computed once (train/frozen.py, train/state_cache.py) -----------------------------------------------
 def _menu_task(news: str, at: str = "12:13") -> Task:
     observation = ("It is 12:23 UTC; window 2025-01-01T12:00 closes in 37 min.\nPrices:\n  ACME $223.79 (+0.13% since your last look)\n"
                    "  BOLT $51.20 (-0.40% since your last look)\n  CRUX $12.05 (+1.20% since your last look)\nNews so far this window:\n"
@@ -437,7 +437,7 @@ def _reference_menu_logprobs(model, tokenizer, item):
 def test_a_bf16_bottom_runs_on_a_copy_and_gives_the_float32_states_within_bf16_precision(small_llama: Path):
     import torch
 
-    from babylon_rl.train.cached import menu
+    from babylon_rl.train.menu_items import menu
     from babylon_rl.train.frozen import SplitModel, layout, pack
     from babylon_rl.train.models import load_causal_lm
 
@@ -456,7 +456,7 @@ def test_a_batchs_shared_opening_runs_once_and_gives_the_same_frozen_states(smal
     attending to its keys and values: the same frozen states as the whole batch run row by row, padding included."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, make_items
+    from babylon_rl.train.menu_items import MenuOptions, make_items
     from babylon_rl.train.frozen import SplitModel, layout, shared_prefix
     from babylon_rl.train.models import load_causal_lm
 
@@ -482,7 +482,9 @@ def test_the_cached_top_blocks_give_the_whole_models_loss_and_gradients(smollm2:
     over each prompt + answer: the cache changes the cost, not the objective. The model's own weights stay float32."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
+    from babylon_rl.train.menu_items import MenuOptions, make_items
+    from babylon_rl.train.menu_trainer import MenuTrainer
+    from babylon_rl.train.state_cache import cache_states
     from babylon_rl.train.frozen import SplitModel, layout
 
     options = MenuOptions(train_layers=2, seed=3)
@@ -520,7 +522,9 @@ def test_the_last_block_run_at_the_choices_only_prices_the_menu_as_the_whole_top
     and LoRA gradients of the top blocks run over every position."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, cache_states, make_items
+    from babylon_rl.train.menu_items import MenuOptions, make_items
+    from babylon_rl.train.menu_trainer import MenuTrainer
+    from babylon_rl.train.state_cache import cache_states
     from babylon_rl.train.frozen import answer_logprobs, layout
 
     options = MenuOptions(train_layers=train_layers, seed=3)
@@ -552,7 +556,7 @@ def test_the_last_block_run_at_the_choices_only_prices_the_menu_as_the_whole_top
 
 
 def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_answers_reward():
-    from babylon_rl.train.cached import menu, renamed, shown_answer
+    from babylon_rl.train.menu_items import menu, renamed, shown_answer
 
     task = _menu_task("ACME: Acme Corp beats earnings expectations")
     mapping = {"ACME": "CRUX", "BOLT": "ACME", "CRUX": "BOLT"}
@@ -569,7 +573,7 @@ def test_renamed_tickers_move_prompt_menu_and_headline_together_and_keep_each_an
 def test_a_renaming_swaps_the_company_names_the_headlines_spell_not_the_simulators():
     """The game's companies are not the simulator's: their names are learned from the headlines (credit.company_names),
     so a renamed prompt never keeps the real stock's name beside its new ticker."""
-    from babylon_rl.train.cached import renamed
+    from babylon_rl.train.menu_items import renamed
     from babylon_rl.train.credit import company_names
 
     tasks = [_menu_task(news) for news in ("ACME: Zephyr Mills beats earnings expectations", "ACME: Zephyr Mills cuts jobs",
@@ -585,7 +589,7 @@ def test_ticker_first_answers_choose_hold_or_trade_then_the_stock_then_the_direc
     """With the stock written first, the menu's token tree asks hold-or-trade, then which stock, then which direction
     (given the stock); the game's direction-first form asks the direction first. Either way the policy's menu is the same
     set of actions, each with its own reward."""
-    from babylon_rl.train.cached import MenuOptions, make_items
+    from babylon_rl.train.menu_items import MenuOptions, make_items
     from babylon_rl.train.models import load_tokenizer
 
     tokenizer = load_tokenizer(str(smollm2))
@@ -609,7 +613,8 @@ def test_the_menu_trainer_moves_toward_the_paid_answer_and_resumes_where_it_stop
     weights, their average (what answers) and the optimizer, so a resumed run takes the very step an unbroken one takes."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     task = _menu_task("ACME: Acme Corp beats earnings expectations")
     options = MenuOptions(train_layers=1, learning_rate=1e-2, variants=0, seed=1)
@@ -648,7 +653,9 @@ def test_the_expected_reward_objective_holds_where_no_trade_pays_on_average(smal
     objective learns to hold; the softmax target, whose mass goes to whichever trade paid in hindsight, learns to trade."""
     import torch
 
-    from babylon_rl.train.cached import HOLD_INDEX, MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_losses import HOLD_INDEX
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     template = _menu_task("ACME: Acme Corp names a new chief financial officer")
     moves = (0.02, -0.02, 0.003, -0.003)
@@ -685,7 +692,8 @@ def test_least_squares_on_the_margins_credits_a_paying_answer_the_policy_never_g
     rewards / T, less --trade-cost for a trade."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     task = _menu_task("ACME: Acme Corp misses earnings expectations")
     task = replace(task, truth=GroundTruth(task.window_id, {"ACME": Stock(220.0, 210.0), "BOLT": Stock(52.0, 52.5),
@@ -725,7 +733,8 @@ def test_the_anchor_fits_each_margin_between_the_reward_and_where_the_student_st
     training pass's backward intact."""
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.menu_losses import margins
 
     task = _menu_task("ACME: Acme Corp misses earnings expectations")
@@ -762,13 +771,14 @@ def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_froz
     baseline moves toward the logged answer's menu entry."""
     import torch
 
-    from babylon_rl.train import cached
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train import state_cache
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     task = _menu_task("ACME: Acme Corp beats earnings expectations")  # the logged answer: hold
     computed = []
-    original = cached.cache_states
-    cached.cache_states = lambda split, items, *a, **k: (items and computed.append(sum(i.states is None for i in items)),
+    original = state_cache.cache_states
+    state_cache.cache_states = lambda split, items, *a, **k: (items and computed.append(sum(i.states is None for i in items)),
                                                          original(split, items, *a, **k))
     try:
         imitation = MenuTrainer(str(small_llama), MenuOptions(objective="imitate", train_layers=1, learning_rate=1e-2, variants=2, seed=5))
@@ -781,7 +791,7 @@ def test_the_imitation_baseline_and_the_menu_run_of_one_process_compute_the_froz
         reused = menu.items_for([task], 2)
         other_blocks = MenuTrainer(str(small_llama), MenuOptions(train_layers=2, variants=2, seed=5)).items_for([task], 2)
     finally:
-        cached.cache_states = original
+        state_cache.cache_states = original
     assert bool((after > before + 0.3).all()), "imitation raises the logged answer's (hold's) odds under each naming"
     assert computed == [2, 0, 2], "the menu run computed none; the trainer on two blocks computed its own"
     assert all(a.states is b.states for a, b in zip(imitation.items_for([task], 2), reused))
@@ -794,18 +804,19 @@ def test_frozen_states_kept_on_disk_serve_the_next_process_and_a_broken_file_is_
     truncated file (a kill mid-write elsewhere) is computed again; other blocks make other keys; the budget evicts."""
     import torch
 
-    from babylon_rl.train import cached
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train import state_cache
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     tasks = [_menu_task(headline) for headline in ("ACME: Acme Corp beats earnings expectations", "BOLT: Bolt recalls its trucks")]
     computed = []
-    original = cached.cache_states
-    monkeypatch.setattr(cached, "cache_states", lambda split, items, *a, **k: (computed.append(sum(i.states is None for i in items)),
+    original = state_cache.cache_states
+    monkeypatch.setattr(state_cache, "cache_states", lambda split, items, *a, **k: (computed.append(sum(i.states is None for i in items)),
                                                                                original(split, items, *a, **k)))
     directory = tmp_path / "frozen-states"
 
     def trainer(layers: int = 1) -> MenuTrainer:
-        monkeypatch.setattr(cached, "SHARED_STATES", cached.SharedStates())  # a new process keeps nothing in memory
+        monkeypatch.setattr(state_cache, "SHARED_STATES", state_cache.SharedStates())  # a new process keeps nothing in memory
         return MenuTrainer(str(small_llama), MenuOptions(train_layers=layers, variants=2, seed=5), states_dir=directory)
 
     first = trainer()
@@ -822,13 +833,14 @@ def test_frozen_states_kept_on_disk_serve_the_next_process_and_a_broken_file_is_
     assert computed == [4, 0, 1], "only the broken file's states were computed again"
     trainer(layers=2).items_for(tasks, 2)
     assert computed == [4, 0, 1, 4] and len(list(directory.glob("*.pt"))) == 8
-    cached.StatesOnDisk(directory, "cpu", budget=1).keep((), [])
+    state_cache.StatesOnDisk(directory, "cpu", budget=1).keep((), [])
     assert list(directory.glob("*.pt")) == [], "beyond its budget the least recently used go"
 
 
 def test_the_menu_memory_plan_keeps_variants_of_train_decisions_and_one_state_per_validation_decision(small_llama):
     """Validation is never renamed: its decisions hold one item's states each, train ones `variants` each."""
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     tasks = [_menu_task(headline) for headline in ("ACME: Acme Corp beats earnings expectations",
                                                    "BOLT: Bolt Motors recalls its trucks", "CRUX: Crux wins a contract")]
@@ -841,7 +853,7 @@ def test_the_menu_memory_plan_keeps_variants_of_train_decisions_and_one_state_pe
 def test_next_look_prices_a_decision_at_the_same_agents_next_decision_and_the_last_at_the_windows_end():
     from dataclasses import replace
 
-    from babylon_rl.train.cached import next_look
+    from babylon_rl.train.menu_items import next_look
 
     first = _menu_task("ACME: Acme Corp beats earnings expectations")  # ACME at 223.79 now; the window ends at 230
     second = replace(first, observation=read_observation("Prices:\n  ACME $226.00 (+1.0% since your last look)\n  BOLT $51.00 (+0.0% since your last look)"))
@@ -1002,7 +1014,8 @@ def test_hold_weight_scales_the_logged_holds_in_the_imitation_loss(small_llama):
 
     import torch
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_trainer import MenuTrainer
 
     hold = _menu_task("ACME: Acme Corp beats earnings expectations")
     trade = replace(hold, trajectory_id="t2", logged_answer='{"action": "buy", "ticker": "ACME", "shares": 50}')
@@ -1021,7 +1034,8 @@ def test_hindsight_fits_the_credited_trade_of_the_named_stock_and_hold_elsewhere
     """The credit goes where the news points: the trade of the named stock the credit calls for (train/credit.py), whatever
     the stock did in this window and whatever the logged agent answered; a stale headline, no headline, or a credited
     hold is fitted to hold, and so is a credited trade the valid menu lacks."""
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, menu
+    from babylon_rl.train.menu_items import MenuOptions, menu
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.objectives.hindsight import hindsight_index
 
     def target(news: str, direction: str | None, at: str = "12:13") -> tuple[str, str]:
@@ -1053,7 +1067,9 @@ def test_hindsight_weighs_each_trade_target_by_what_it_paid_and_holds_as_before(
 
     import torch
 
-    from babylon_rl.train.cached import HOLD_INDEX, MenuOptions, MenuTrainer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_losses import HOLD_INDEX
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.decisions import PNL_CLIP, PNL_SCALE
 
     acme = replace(_menu_task("ACME: Acme Corp beats earnings expectations"), news_direction="buy")  # as the credit calls it
@@ -1164,23 +1180,23 @@ def test_the_menu_ranker_answers_in_chunks_as_it_does_at_once_and_keeps_no_chunk
     """An evaluation's menu policies rank RANKED_CHUNK decisions at a time (the frozen states of one chunk held, then
     dropped): the base's answers are the ones a single pass over every decision gives, in the decisions' order, and an
     adapter's are the ones its trainer chooses."""
-    from babylon_rl.train import cached
+    from babylon_rl.train import menu_items, menu_ranker, menu_trainer
 
     news = ["ACME: Acme Corp beats earnings expectations", "BOLT: Bolt recalls its flagship", "CRUX: Crux wins a contract",
             "ACME: Acme Corp misses estimates", "BOLT: Bolt raises guidance"]
     tasks = [_menu_task(headline) for headline in news]
-    trainer = cached.MenuTrainer(str(smollm2), cached.MenuOptions(train_layers=1, learning_rate=1e-2, variants=0, seed=1, ema=0.0))
+    trainer = menu_trainer.MenuTrainer(str(smollm2), menu_items.MenuOptions(train_layers=1, learning_rate=1e-2, variants=0, seed=1, ema=0.0))
     for _ in range(3):
         trainer.train_step(tasks[:1])
     adapter = trainer.save(tmp_path / "ckpt", {"step": 3})
     played = _played(smollm2, adapter, [task.request for task in tasks])  # as arena, simulate --policy and serve decide
     held = []
-    states = cached.cache_states
-    monkeypatch.setattr(cached, "cache_states", lambda split, items, *a, **k: (held.append(len(items)), states(split, items, *a, **k)))
+    states = menu_ranker.cache_states
+    monkeypatch.setattr(menu_ranker, "cache_states", lambda split, items, *a, **k: (held.append(len(items)), states(split, items, *a, **k)))
 
     def answers(chunk: int) -> tuple[list[str], list[str]]:
-        monkeypatch.setattr(cached, "RANKED_CHUNK", chunk)
-        ranker = cached.MenuRanker(str(smollm2), [adapter], 50)
+        monkeypatch.setattr(menu_ranker, "RANKED_CHUNK", chunk)
+        ranker = menu_ranker.MenuRanker(str(smollm2), [adapter], 50)
         ranker.prepare(tasks)
         return ranker.answers(None), ranker.answers(adapter)
 
@@ -1206,7 +1222,7 @@ def test_shared_states_are_let_go_when_no_trainer_will_ask_again():
 
     import torch
 
-    from babylon_rl.train.cached import SharedStates
+    from babylon_rl.train.state_cache import SharedStates
 
     shared = SharedStates()
     kept = [SimpleNamespace(packed=("p", i), states=torch.zeros(3, 2, dtype=torch.bfloat16)) for i in range(2)]

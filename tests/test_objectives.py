@@ -75,7 +75,8 @@ def _decision(logged: str, trajectory_id: str = "t1"):
 def test_imitate_paid_fits_the_logged_trade_where_it_paid_and_hold_where_it_lost_or_held(small_llama):
     import numpy as np
 
-    from babylon_rl.train.cached import MenuOptions, MenuTrainer, menu
+    from babylon_rl.train.menu_items import MenuOptions, menu
+    from babylon_rl.train.menu_trainer import MenuTrainer
     from babylon_rl.train.objectives.paid import paid_index
 
     def target(logged: str) -> str:

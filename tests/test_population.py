@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
 from babylon_rl.settings import Home
-from babylon_rl.train.cached import MenuOptions
+from babylon_rl.train.menu_items import MenuOptions
 from babylon_rl.train.loop import StepHooks, TrainConfig, train
 from babylon_rl.train.population import BOUNDS, Hyper, PopulationOptions, PopulationTrainer, _carried
 from tests.test_learning import _menu_task
@@ -127,9 +127,9 @@ def test_a_rank_change_keeps_the_adapters_product():
 
 
 def test_the_members_share_one_set_of_frozen_states(small_llama, monkeypatch):
-    from babylon_rl.train import cached, frozen
+    from babylon_rl.train import frozen, state_cache
 
-    monkeypatch.setattr(cached, "SHARED_STATES", cached.SharedStates())  # none kept from an earlier test's trainers
+    monkeypatch.setattr(state_cache, "SHARED_STATES", state_cache.SharedStates())  # none kept from an earlier test's trainers
     rows = []
     original = frozen.SplitModel.bottom
     monkeypatch.setattr(frozen.SplitModel, "bottom", lambda self, ids, *a: rows.append(len(ids)) or original(self, ids, *a))

@@ -39,7 +39,7 @@ def _items(tokenizer, observations: list[str]) -> list[_Choosing]:
 
 
 def _whole(split, items: list[_Choosing]) -> list:
-    from babylon_rl.train.cached import cache_states
+    from babylon_rl.train.state_cache import cache_states
 
     fresh = [_Choosing(item.packed) for item in items]
     cache_states(split, fresh, 1, "cpu")

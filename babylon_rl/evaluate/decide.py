@@ -55,7 +55,8 @@ def run_shares(run_dir: Path | None) -> int:
 def top_layers(model, adapter: Path | None) -> int:
     """How many top blocks a policy runs from the frozen states: those its adapter changes, else as many as the menu
     trainers adapt by default (what eval's MenuRanker runs for a model that is no adapter)."""
-    from babylon_rl.train.cached import MenuOptions, lowest_adapted_layer
+    from babylon_rl.train.menu_items import MenuOptions
+    from babylon_rl.train.menu_ranker import lowest_adapted_layer
 
     layers = model.config.num_hidden_layers
     return layers - lowest_adapted_layer(adapter) if adapter else min(MenuOptions.train_layers, layers)
@@ -82,7 +83,8 @@ class Decider:
         template, the opened answer); a hold-only menu is [0.0] and 0 tokens, without a model call."""
         import torch
 
-        from babylon_rl.train.cached import cache_states, menu_logprobs
+        from babylon_rl.train.menu_ranker import menu_logprobs
+        from babylon_rl.train.state_cache import cache_states
         from babylon_rl.train.frozen import pack
 
         asked = [i for i, m in enumerate(menus) if len(m) > 1]

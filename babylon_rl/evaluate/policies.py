@@ -75,7 +75,7 @@ def _on_menu(answer: str, prompt: DecisionPrompt, menu_shares: int | None) -> st
 @dataclass
 class MenuPolicy:
     """A local model answering each decision from its valid menu, as `LocalPolicy` does, its frozen blocks computed once
-    and shared with the other local models of the evaluation on the same base (train/cached.py's MenuRanker)."""
+    and shared with the other local models of the evaluation on the same base (train/menu_ranker.py's MenuRanker)."""
 
     ranker: object
     adapter: Path | None  # None: the base model itself

@@ -71,7 +71,7 @@ class PrefixCache:
         self.stats = CacheStats()
 
     def fill(self, split, items: list, device: str) -> None:
-        """Fill each item's `states` (as `train/cached.cache_states` does), one item at a time: the frozen blocks run
+        """Fill each item's `states` (as `train/state_cache.cache_states` does), one item at a time: the frozen blocks run
         over what follows the longest kept opening of its prompt, and its prompt is kept for the next ones. One at a
         time, so that an item reuses the one before it; on a CPU a batch saves nothing over its rows' own matmuls."""
         import torch

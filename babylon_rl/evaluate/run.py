@@ -268,7 +268,7 @@ def _menu_policies(policies: list[tuple[str, Policy]], eval_set: EvalSet, option
     """The local models deciding from their valid menus, as every decision path does (`babylon_rl/evaluate/decide.py`): the
     models on one base share its frozen blocks, computed once for all and kept in `states_dir` for the next
     evaluation of the same decisions."""
-    from babylon_rl.train.cached import MenuRanker
+    from babylon_rl.train.menu_ranker import MenuRanker
     from babylon_rl.train.decisions import Task
 
     def base_of(policy: LocalPolicy) -> str:

@@ -32,7 +32,7 @@ class CheckpointError(ConfigError):
 class Checkpoints:
     """Saving and restoring a trainer's model (adapter or whole model), tokenizer, optimizer and RNG state.
 
-    The base of the torch back-end's trainers (`logged_trainer.TorchTrainer`, `grpo.GrpoTrainer`, `cached.MenuTrainer`):
+    The base of the torch back-end's trainers (`logged_trainer.TorchTrainer`, `grpo.GrpoTrainer`, `menu_trainer.MenuTrainer`):
     each has `model`, `tokenizer`, `optimizer`, `options` (with `lora_r`) and `base_model`.
     """
 

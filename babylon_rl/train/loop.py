@@ -31,7 +31,7 @@ from babylon_rl.train.tracking import Tracker, public_config
 from babylon_rl.train.writeback import WriteBack
 
 if TYPE_CHECKING:
-    from babylon_rl.train.cached import MenuOptions
+    from babylon_rl.train.menu_items import MenuOptions
     from babylon_rl.train.decisions import StepResult
     from babylon_rl.train.memory import Plan
     from babylon_rl.train.logged_trainer import StepStats
@@ -147,7 +147,7 @@ class TrainResult:
 
 
 class Trainer(Protocol):
-    """What the loop needs of a trainer (logged_trainer, grpo, cached, population, art_backend): a step on a batch of the
+    """What the loop needs of a trainer (logged_trainer, grpo, menu_trainer, population, art_backend): a step on a batch of the
     train split (windows of logged trajectories, or decisions), a score on the validation sample, checkpoints."""
 
     plan: Plan | None  # its estimated peak memory, printed before the first step; None where it made none
@@ -177,7 +177,7 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
     the train and validation decisions it will see (`scheduled`); a menu trainer starts from `init_adapter` when given
     (`warm_start`) and keeps its frozen states in `states_dir` across processes."""
     if config.spec.family == "menu":
-        from babylon_rl.train.cached import MenuTrainer
+        from babylon_rl.train.menu_trainer import MenuTrainer
 
         return MenuTrainer(base_model, menu_options(config), *seen, init_adapter=init_adapter, states_dir=states_dir)
     if config.on_decisions:
@@ -206,8 +206,8 @@ def make_trainer(config: TrainConfig, base_model: str, run: RunDir, seen: tuple[
 
 
 def menu_options(config: TrainConfig) -> MenuOptions:
-    """A menu objective's options (train/cached.py), refused in one line without a block to train."""
-    from babylon_rl.train.cached import MenuOptions
+    """A menu objective's options (train/menu_items.py), refused in one line without a block to train."""
+    from babylon_rl.train.menu_items import MenuOptions
     from babylon_rl.train.models import resolve_device
 
     if not 0 < config.train_layers:

@@ -105,7 +105,7 @@ def decision_plan(shape: ModelShape, prompts: int, prompt_tokens: int, answers: 
 
 def cached_plan(shape: ModelShape, items: int, mean_tokens: float, longest: int, micro_batch: int, lora_r: int,
                 trained_layers: int, bf16_bottom: bool = False, adapters: int = 1) -> Plan:
-    """Peak of the menu objective (`cached.py`): every item's frozen states in bf16 (kept for reuse), and a pass
+    """Peak of the menu objective (`menu_trainer.py`): every item's frozen states in bf16 (kept for reuse), and a pass
     of the trained blocks over `micro_batch` items of `longest` tokens (its logits are the menu's tokens only).
     `bf16_bottom`: the frozen blocks and the embeddings also run from a bf16 copy (frozen.SplitModel). `adapters`:
     a population's members, each with its own adapter, averaged copy, gradient and Adam moments (the states shared)."""

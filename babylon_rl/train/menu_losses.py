@@ -1,9 +1,9 @@
 """What every menu objective's loss reads and shares: a batch's menu log-probabilities (`MenuBatch`), the logged
 answer's entry (`logged_index`, the default target) and the pieces of a fitted-target loss.
 
-`cached.MenuTrainer` computes the log-probabilities of every menu answer from the frozen states; an objective says
+`menu_trainer.MenuTrainer` computes the log-probabilities of every menu answer from the frozen states; an objective says
 only what to make of them, in its own module: its `base.MenuLoss` (a target and a loss) is part of its `Objective`
-(train/objectives/; `objectives.LOSSES` keys them by the names `cached.MenuOptions` takes). Adding a menu objective:
+(train/objectives/; `objectives.LOSSES` keys them by the names `menu_items.MenuOptions` takes). Adding a menu objective:
 its module, with its loss and target, and one line in `objectives.REGISTRY` (docs/TRAINING.md#adding-an-objective).
 """
 
@@ -24,14 +24,14 @@ HOLD_INDEX = 0  # the menu's first entry
 
 
 class MenuItem(Protocol):
-    """What a loss reads of a menu item (`cached.MenuItem`): the entry it is fitted to, and what that trade paid."""
+    """What a loss reads of a menu item (`menu_items.MenuItem`): the entry it is fitted to, and what that trade paid."""
 
     target_index: int
     paid: float
 
 
 class MenuOptions(Protocol):
-    """What a loss reads of the trainer's options (`cached.MenuOptions`)."""
+    """What a loss reads of the trainer's options (`menu_items.MenuOptions`)."""
 
     reward_temperature: float
     anchor: float

@@ -2,7 +2,7 @@
 
 AgileRL's population (release line 2.9) gives every member its own copy of the base model and
 trains them one after another. Here the frozen blocks' states are computed once per decision and
-shared (`cached.MenuTrainer.items_for`), and the members are named LoRA adapters of one PEFT model:
+shared (`menu_trainer.MenuTrainer.items_for`), and the members are named LoRA adapters of one PEFT model:
 a member is its adapter, its optimizer, its averaged weights and its hyper-parameters (`Hyper`), so
 a population of N costs about N adapters' steps over one set of states.
 
@@ -32,7 +32,8 @@ from babylon_rl import atomic
 from babylon_rl.errors import ConfigError
 from babylon_rl.hashing import file_sha256 as sha256
 from babylon_rl.train import objectives
-from babylon_rl.train.cached import MenuItem, MenuOptions, MenuTrainer
+from babylon_rl.train.menu_items import MenuItem, MenuOptions
+from babylon_rl.train.menu_trainer import MenuTrainer
 from babylon_rl.train.decisions import StepResult, Task
 from babylon_rl.train.checkpoints import STATE_JSON, CheckpointError, read_checkpoint_state
 

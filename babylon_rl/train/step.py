@@ -1,4 +1,4 @@
-"""The optimizer step of every trainer (cached, population through it, grpo, logged_trainer, tiny's warm start).
+"""The optimizer step of every trainer (menu_trainer, population through it, grpo, logged_trainer, tiny's warm start).
 
 Its order is part of the numerics: the same weights come out of a run only while the gradients are zeroed,
 each micro-batch's loss is run backward in turn (the gradients summed), clipped, and stepped, in this order.

@@ -42,7 +42,7 @@ REGISTRY: dict[str, Objective] = {o.name: o for o in (
 
 OBJECTIVES: tuple[str, ...] = tuple(REGISTRY)
 ObjectiveName = Literal[OBJECTIVES]  # type: ignore[valid-type]  # every --objective, for TrainConfig's validation
-# the menu objectives (trained from frozen states: train/cached.py) -> the name of their loss, `cached.MenuOptions.objective`
+# the menu objectives (trained from frozen states: train/menu_trainer.py) -> the name of their loss, `menu_items.MenuOptions.objective`
 MENU_OBJECTIVES: dict[str, str] = {o.name: o.loss.key for o in REGISTRY.values() if o.loss}
 LOSSES: dict[str, MenuLoss] = {o.loss.key: o.loss for o in REGISTRY.values() if o.loss}
 RECIPES: dict[str, dict] = {o.name: dict(o.recipe) for o in REGISTRY.values() if o.recipe}

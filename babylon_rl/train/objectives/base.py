@@ -57,10 +57,10 @@ class Option:
 
 @dataclass(frozen=True)
 class MenuLoss:
-    """A menu objective's fit (train/cached.py computes every menu answer's log-probability from the frozen states; this
+    """A menu objective's fit (train/menu_trainer.py computes every menu answer's log-probability from the frozen states; this
     says what to make of them): `target`, the menu entry each decision is fitted to (-1: none on the menu; None: the
     logged answer's, `menu_losses.logged_index`), and `loss`, a batch's mean loss. `key` is the name
-    `cached.MenuOptions.objective` takes. `fits_target`: a loss of the target entry, which a population's
+    `menu_items.MenuOptions.objective` takes. `fits_target`: a loss of the target entry, which a population's
     `imitation_weight` mixes with counterfactual's."""
 
     key: str
@@ -98,7 +98,7 @@ class Prepared:
 
 
 # where an objective trains: over a dataset's scored conversations (logged), on replayed decisions with the policy's own
-# or the logged answers (decisions: grpo.py), or on each decision's menu from frozen states (menu: cached.py)
+# or the logged answers (decisions: grpo.py), or on each decision's menu from frozen states (menu: menu_trainer.py)
 FAMILIES = ("logged", "decisions", "menu")
 
 

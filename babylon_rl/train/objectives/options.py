@@ -87,7 +87,7 @@ FAMILY_OPTIONS: dict[str, tuple[Option, ...]] = {
 FAMILY_TITLES = {
     "logged": "Over a dataset's scored conversations, one GRPO group per window",
     "decisions": "On the train split's replayed decisions, priced by what the market did (grpo.py)",
-    "menu": "On each decision's menu (hold, buy or sell each stock), from frozen states (cached.py)",
+    "menu": "On each decision's menu (hold, buy or sell each stock), from frozen states (menu_trainer.py)",
 }
 
 # options several objectives name as their own

@@ -1,5 +1,5 @@
 """menu, menu-pg and menu-value: every answer of each decision's menu priced by what the market did, the policy fitted to
-the prices (the frozen-state machinery: cached.py; the batch: menu_losses.MenuBatch)."""
+the prices (the frozen-state machinery: menu_trainer.py; the batch: menu_losses.MenuBatch)."""
 
 from __future__ import annotations
 
