@@ -182,7 +182,8 @@ def test_the_counterfactual_objective_prices_every_menu_answer_and_moves_toward_
     """Every answer on the menu is priced; the policy's odds move toward the one that paid (buy ACME: +3 %, BOLT flat)."""
     from dataclasses import replace
 
-    from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer, MenuBatch
+    from babylon_rl.train.counterfactual_step import MenuBatch
+    from babylon_rl.train.grpo import GrpoOptions, GrpoTrainer
 
     task = _task()
     task = replace(task, truth=GroundTruth(task.window_id, {"ACME": Stock(100.0, 103.0), "BOLT": Stock(50.0, 50.0)}, {}))

@@ -11,22 +11,16 @@ Advantages are normalised within the k answers of one decision (a GRPO group); t
 the clipped ratio over `inner_epochs` passes plus a k3 KL to the base model (the adapter
 switched off).
 
-`objective="counterfactual"` uses the same prices more densely: instead of k samples, every
-answer on a decision's menu (hold; buy or sell 10 shares of each of the window's stocks, the
-best constant's candidates, `evaluate/constant.py`) is priced, and the policy is fitted to
-softmax(reward / `reward_temperature`) over the menu (cross-entropy on each answer's whole
-log-probability: reward-weighted regression over the full action set, the limit of GRPO with
-every action sampled). It prices the policy's own answer and every other it could have given,
-so an answer the policy gives little mass (`sell`) is still pushed up when it would have paid;
-and since one prompt pass serves the whole menu, a decision costs several times less than k = 8
-sampled answers with two inner epochs (docs/TRAINING.md).
-
 Tokens are the CPU's budget, so:
 - the prompt is encoded once for its k answers: one forward pass over the prompt fills a KV
   cache that is repeated k times, and only the answer tokens run k times, in sampling and in the
   loss (gradients flow back through the repeated cache into the prompt's pass);
 - LoRA sits on the top `train_layers` blocks only: the blocks below are frozen and keep no
   activations for the backward pass.
+
+`GrpoTrainer` is the trainer of every objective on replayed decisions: it owns the model, its memory plan and its
+validation answers, and steps `--on-policy` grpo (here), `imitate` (imitate_step.py) or `counterfactual`
+(counterfactual_step.py); what the steps share is in replayed.py.
 """
 
 from __future__ import annotations
@@ -41,13 +35,14 @@ from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.policy import PromptBatch, answer_logprobs, decode_answers, encode_answers, encode_prompts, greedy_answers, sample_answers
 from babylon_rl.train import memory
 from babylon_rl.evaluate.scoring import Outcome
+from babylon_rl.train.counterfactual_step import counterfactual_step
 from babylon_rl.train.decisions import LONGEST_SAMPLE, StepResult, Task, longest_prompts
+from babylon_rl.train.imitate_step import imitate_step
+from babylon_rl.train.replayed import masked_mean
 from babylon_rl.train.step import optimizer_step, slices
 from babylon_rl.train.checkpoints import Checkpoints
 
 SPREAD_EPS = 1e-6  # a decision whose answers' rewards spread less than this teaches nothing
-
-
 
 
 @dataclass(frozen=True)
@@ -92,42 +87,15 @@ class Rollout:
         return np.repeat((np.abs(self.advantages).sum(1) > 0).astype(np.float32), self.advantages.shape[1])
 
 
-@dataclass
-class MenuBatch:
-    """The menus of a micro-batch of decisions, padded to one width: answers ([B*width], flat) and their prices ([B, width])."""
-
-    answers: list[str]
-    width: int
-    rewards: object  # float tensor [B, width]
-    correct: object  # float tensor [B, width]: 1.0 where the answer's direction was right
-    present: object  # bool tensor [B, width]: False on padding
-
-    @classmethod
-    def price(cls, tasks: list[Task], device: str) -> "MenuBatch":
-        import torch
-
-        menus = [t.menu for t in tasks]
-        width = max(len(m) for m in menus)
-        padded = [m + [m[0]] * (width - len(m)) for m in menus]
-        outcomes = [[t.price(answer) for answer in m] for t, m in zip(tasks, padded)]
-        present = torch.tensor([[j < len(m) for j in range(width)] for m in menus], device=device)
-        rewards = torch.tensor([[r for r, _ in row] for row in outcomes], dtype=torch.float32, device=device)
-        correct = torch.tensor([[float(o.correct) for _, o in row] for row in outcomes], device=device)
-        return cls([a for m in padded for a in m], width, rewards, correct, present)
-
-
 def group_advantages(rewards: np.ndarray) -> np.ndarray:
     """(r - mean) / std within each row (one decision's k answers); 0 for a row without spread."""
     mean, std = rewards.mean(1, keepdims=True), rewards.std(1, keepdims=True)
     return np.where(std > SPREAD_EPS, (rewards - mean) / (std + 1e-6), 0.0)
 
 
-def masked_mean(values, mask):
-    return (values * mask).sum(1) / mask.sum(1).clamp(min=1)
-
-
 class GrpoTrainer(Checkpoints):
-    """LoRA on a causal LM's top blocks, trained on its own sampled answers (see the module docstring)."""
+    """LoRA on a causal LM's top blocks, trained on its own sampled answers, or on imitate's or counterfactual's step
+    (see the module docstring)."""
 
     def __init__(self, base_model: str, options: GrpoOptions, tasks: list[Task] = ()) -> None:
         """`tasks`: the decisions it will see; the largest pass over them is checked against free memory before the weights load."""
@@ -178,63 +146,9 @@ class GrpoTrainer(Checkpoints):
 
     # -- one step -------------------------------------------------------------------------
     def train_step(self, tasks: list[Task]) -> StepResult:
-        steps = {"imitate": self.imitate_step, "counterfactual": self.counterfactual_step, "grpo": self.grpo_step}
-        return steps[self.options.objective](tasks)
-
-    def imitate_step(self, tasks: list[Task]) -> StepResult:
-        """One supervised step on the logged agents' answers to the same compact prompts (the imitation baseline)."""
-        o = self.options
-        started = time.monotonic()
-        tokens_seen = 0
-
-        def loss_of(part: list[Task]):
-            nonlocal tokens_seen
-            batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
-            answers, mask = encode_answers(self.tokenizer, [t.logged_answer for t in part], o.device)
-            logp = answer_logprobs(self.model, batch, answers, mask, 1)
-            tokens_seen += int(batch.attention.sum()) + int(mask.sum())
-            return -(masked_mean(logp, mask.float())).sum() / len(tasks)
-
-        parts = slices(tasks, o.micro_batch)
-        loss_total, grad_norm = optimizer_step(self.model, self.optimizer, self.params, o.max_grad_norm, parts, loss_of)
-        return StepResult(loss_total, 0.0, grad_norm, tokens_seen, time.monotonic() - started,
-                          {t.trajectory_id: 0.0 for t in tasks}, 0.0, 1.0, 0.0, len(tasks), 0)
-
-    def counterfactual_step(self, tasks: list[Task]) -> StepResult:
-        """Price every answer on each decision's menu; fit the policy to softmax(reward / T) over it (module docstring)."""
-        import torch
-
-        o = self.options
-        started = time.monotonic()
-        tokens_seen = 0
-        expected_reward: list[float] = []
-        expected_correct: list[float] = []
-        menu_mass: list[float] = []
-
-        def loss_of(part: list[Task]):
-            nonlocal tokens_seen
-            menu = MenuBatch.price(part, o.device)
-            batch = encode_prompts(self.tokenizer, [t.request for t in part], o.device)
-            answers, mask = encode_answers(self.tokenizer, menu.answers, o.device)
-            logp = (answer_logprobs(self.model, batch, answers, mask, menu.width) * mask).sum(1).view(len(part), menu.width)
-            target = torch.softmax((menu.rewards / o.reward_temperature).masked_fill(~menu.present, -torch.inf), 1)
-            tokens_seen += int(batch.attention.sum()) + int(mask.sum())
-            with torch.no_grad():  # what the policy would score, answering from the menu with its own odds
-                on_menu = logp.detach().masked_fill(~menu.present, -torch.inf)
-                policy = torch.softmax(on_menu, 1)
-                expected_reward.extend((policy * menu.rewards.masked_fill(~menu.present, 0.0)).sum(1).tolist())
-                expected_correct.extend((policy * menu.correct).sum(1).tolist())
-                menu_mass.extend(on_menu.logsumexp(1).exp().tolist())
-            return -(target * logp.masked_fill(~menu.present, 0.0)).sum() / len(tasks)
-
-        parts = slices(tasks, o.micro_batch)
-        loss_total, grad_norm = optimizer_step(self.model, self.optimizer, self.params, o.max_grad_norm, parts, loss_of)
-        by_trajectory: dict[str, list[float]] = {}
-        for task, value in zip(tasks, expected_reward):
-            by_trajectory.setdefault(task.trajectory_id, []).append(value)
-        return StepResult(loss_total, 0.0, grad_norm, tokens_seen, time.monotonic() - started,
-                          {k: float(np.mean(v)) for k, v in by_trajectory.items()}, float(np.mean(expected_reward)),
-                          float(np.mean(menu_mass)), float(np.mean(expected_correct)), len(tasks), 0)
+        """One step of the options' objective: GRPO on its own answers (`grpo_step`), or imitate's or counterfactual's."""
+        steps = {"imitate": imitate_step, "counterfactual": counterfactual_step, "grpo": GrpoTrainer.grpo_step}
+        return steps[self.options.objective](self, tasks)
 
     def grpo_step(self, tasks: list[Task]) -> StepResult:
         """Sample k answers per decision, price them, then update on the decisions whose answers scored differently."""

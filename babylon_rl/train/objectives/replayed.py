@@ -1,5 +1,6 @@
 """imitate and counterfactual: the train split's replayed decisions, whole prompts and answers through the model
-(grpo.py); the menu objectives do the same from frozen states, far cheaper a step."""
+(grpo.GrpoTrainer; their steps: imitate_step.py, counterfactual_step.py); the menu objectives do the same from frozen
+states, far cheaper a step."""
 
 from __future__ import annotations
 
