@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from babylon_rl.dataset.dataset import Dataset  # noqa: E402
-from babylon_rl.evaluate.decisions import load_eval_set  # noqa: E402
+from babylon_rl.evaluate.decision_points import load_eval_set  # noqa: E402
 from babylon_rl.evaluate.menu import on_menu, HOLD_ANSWER  # noqa: E402
 from babylon_rl.evaluate.rules import fresh_headlines  # noqa: E402
 from babylon_rl.evaluate.run import EvalOptions, compare_results, scored_answers  # noqa: E402

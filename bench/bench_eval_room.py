@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from babylon_rl.dataset.dataset import Dataset  # noqa: E402
 from babylon_rl.evaluate.constant import best_constant  # noqa: E402
-from babylon_rl.evaluate.decisions import load_eval_set, load_train_decisions  # noqa: E402
+from babylon_rl.evaluate.decision_points import load_eval_set, load_train_decisions  # noqa: E402
 from babylon_rl.evaluate.run import EvalOptions, _paired, _reader_policy, _summarise, resized, scored_answers  # noqa: E402
 from babylon_rl.evaluate.stats import resample_indices  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402

@@ -92,7 +92,7 @@ def world(args) -> BabylonContext:
 def splits(ctx: BabylonContext, args):
     """Train and validation tasks (train.grpo: never the eval split), then the eval decisions, opened last."""
     from babylon_rl.dataset.dataset import Dataset
-    from babylon_rl.evaluate.decisions import load_eval_set
+    from babylon_rl.evaluate.decision_points import load_eval_set
     from babylon_rl.train.menu_items import next_look
     from babylon_rl.train.decisions import Task, load_decision_data
 
@@ -391,7 +391,7 @@ def compare(ctx: BabylonContext, args, data, eval_set, record: dict, out_dir: Pa
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate import EvalOptions
     from babylon_rl.evaluate.constant import best_constant
-    from babylon_rl.evaluate.decisions import load_train_decisions
+    from babylon_rl.evaluate.decision_points import load_train_decisions
     from babylon_rl.evaluate.rules import news_rule
     from babylon_rl.evaluate.run import EvalResult, compare_results, resized, scored_answers, write_outputs
 

@@ -218,7 +218,7 @@ def score_distill(options) -> None:
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate import EvalOptions
     from babylon_rl.evaluate.constant import best_constant
-    from babylon_rl.evaluate.decisions import load_eval_set, load_train_decisions
+    from babylon_rl.evaluate.decision_points import load_eval_set, load_train_decisions
     from babylon_rl.evaluate.rules import news_rule
     from babylon_rl.evaluate.run import LEARNING_REFERENCES, compare_results, resized, scored_answers, teachers_reference
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     from babylon_rl.dataset.dataset import Dataset
     from babylon_rl.evaluate.actions import parse_action
-    from babylon_rl.evaluate.decisions import load_eval_set
+    from babylon_rl.evaluate.decision_points import load_eval_set
     from babylon_rl.evaluate.scoring import read_observation, score_action
     from babylon_rl.settings import Home
 

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from babylon_rl.dataset.dataset import Dataset  # noqa: E402
-from babylon_rl.evaluate.decisions import COLUMNS, read_decisions, read_truths  # noqa: E402
+from babylon_rl.evaluate.decision_points import COLUMNS, read_decisions, read_truths  # noqa: E402
 from babylon_rl.evaluate.rules import NEWS_LINE  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
 from babylon_rl.train.credit import company_names, masked  # noqa: E402

@@ -12,8 +12,8 @@ from babylon_rl.evaluate import GroundTruth, parse_action, read_observation, sco
 from babylon_rl.evaluate.actions import Action
 from babylon_rl.evaluate.constant import best_constant
 from babylon_rl.dataset.dataset import Dataset
-from babylon_rl.evaluate.decisions import load_eval_set, load_train_decisions
-from babylon_rl.evaluate.decisions import decision_points
+from babylon_rl.evaluate.decision_points import load_eval_set, load_train_decisions
+from babylon_rl.evaluate.decision_points import decision_points
 from babylon_rl.settings import Home
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
 from tests.eval_factory import ANSWERS, contexts_row, observation, write_eval_dataset, write_news_dataset
@@ -264,7 +264,7 @@ def test_a_reference_on_every_decision_of_the_windows_narrows_a_heavy_tailed_com
     decision of each window the same reference's interval is several times narrower, still paired by window."""
     import numpy as np
 
-    from babylon_rl.evaluate.decisions import Decision, EvalSet
+    from babylon_rl.evaluate.decision_points import Decision, EvalSet
     from babylon_rl.evaluate.run import EvalOptions, PolicyResult, compare_results
     from babylon_rl.evaluate.scoring import Outcome
 
@@ -296,7 +296,7 @@ def test_the_claim_reads_trade_precision_so_holding_is_not_punished():
     reference that never trades, precision cannot be estimated and P&L alone decides."""
     import numpy as np
 
-    from babylon_rl.evaluate.decisions import Decision, EvalSet
+    from babylon_rl.evaluate.decision_points import Decision, EvalSet
     from babylon_rl.evaluate.run import EvalOptions, PolicyResult, compare_results
     from babylon_rl.evaluate.scoring import Outcome
 

@@ -270,7 +270,7 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
         for policy in (p for p in saved["policies"] if p["role"] in ("baseline", "model")):
             assert policy["metrics"]["valid_rate"]["value"] == 1.0 and policy["top_answer"].split()[0] in ("hold", "buy", "sell"), policy
     from babylon_rl.dataset.dataset import Dataset
-    from babylon_rl.evaluate.decisions import load_train_decisions
+    from babylon_rl.evaluate.decision_points import load_train_decisions
 
     chosen_on = load_train_decisions(Dataset.open(Home.resolve(home), "d"))
     assert saved["constant"]["train_decisions"] == len(chosen_on.decisions)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from babylon_rl.evaluate.constant import ConstantChoice
-from babylon_rl.evaluate.decisions import Decision, EvalSet
+from babylon_rl.evaluate.decision_points import Decision, EvalSet
 from babylon_rl.evaluate.run import EvalOptions, EvalResult, compare_results, scored_answers
 from babylon_rl.evaluate.scoring import GroundTruth, Stock
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from babylon_rl.dataset.dataset import Dataset
-from babylon_rl.evaluate.decisions import COLUMNS, read_decisions, read_truths
+from babylon_rl.evaluate.decision_points import COLUMNS, read_decisions, read_truths
 from babylon_rl.evaluate.policies import Reply
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.rules import news_rule

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 
 from babylon_rl.evaluate.actions import parse_action
-from babylon_rl.evaluate.decisions import Decision
+from babylon_rl.evaluate.decision_points import Decision
 from babylon_rl.evaluate.menu import on_menu
 from babylon_rl.evaluate.scoring import GroundTruth, read_observation, score_action
 

@@ -25,7 +25,7 @@ from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import KINDS, Action, parse_action
 from babylon_rl.evaluate.constant import CONSTANT_SHARES, ConstantChoice, best_constant
 from babylon_rl.evaluate.decide import run_shares
-from babylon_rl.evaluate.decisions import EvalSet, load_eval_set, load_train_decisions
+from babylon_rl.evaluate.decision_points import EvalSet, load_eval_set, load_train_decisions
 from babylon_rl.evaluate.policies import ConstantPolicy, EndpointPolicy, LocalPolicy, MenuPolicy, Policy, ReaderPolicy
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.scoring import DEFAULT_THRESHOLD_PCT, Outcome, read_observation, score_action

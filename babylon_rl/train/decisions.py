@@ -20,7 +20,7 @@ import numpy as np
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.actions import parse_action
 from babylon_rl.evaluate.constant import candidates
-from babylon_rl.evaluate.decisions import Decision
+from babylon_rl.evaluate.decision_points import Decision
 from babylon_rl.evaluate.prompts import DecisionPrompt
 from babylon_rl.evaluate.rules import fresh_headlines
 from babylon_rl.evaluate.scoring import GroundTruth, Observation, Outcome, read_observation, score_action
@@ -124,7 +124,7 @@ def load_decision_data(home: Home, name: str) -> DecisionData:
 
 def read_split_decisions(dataset: "Dataset", split: str) -> list[Task]:
     """The decision points of one split as tasks, with the ground truth of that split's windows only."""
-    from babylon_rl.evaluate.decisions import COLUMNS, read_decisions, read_truths
+    from babylon_rl.evaluate.decision_points import COLUMNS, read_decisions, read_truths
 
     rows = dataset.read_split(split, COLUMNS)
     if rows is None:

@@ -1,4 +1,7 @@
-"""The decision points of the held-out windows: what each logged agent was asked, and what it answered.
+"""The decision points of a dataset's windows as the logs have them: what each logged agent was asked, and what it
+answered. Read from the split files `dataset build` wrote: the held-out ones for eval (`load_eval_set`), the train and
+validation ones for eval's choices (`load_train_decisions`) and for training, which prices them as the decision
+every objective trains on (`train/decisions.py`, its `Task`).
 
 A decision point is an assistant turn that answers a request for an action: the user turn
 right before it mentions a JSON action (as every action prompt of the game does), or the
