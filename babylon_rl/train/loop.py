@@ -322,7 +322,7 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
     trained_ids: list[str] = []
     with Tracker(run.root, config.name, public_config(config.model_dump()), data.manifest, console,
                  total_steps, start_step=state["step"]) as tracker:
-        ctx = _Loop(config, validation, run, trainer, population, writeback, tracker, state, console, base_model)
+        bookkeeping = Bookkeeping(config, validation, run, trainer, population, writeback, tracker, state, console, base_model)
         in_flight: int | None = None
         try:
             while state["step"] < total_steps:
@@ -351,17 +351,18 @@ def train(home: Home, config: TrainConfig, database_url: str | None = None, cons
                 tracker.log_step(metrics)
                 if population:
                     tracker.log_members(step, population.last_members)
-                ctx.after_step(step, total_steps)
+                bookkeeping.after_step(step, total_steps)
         except KeyboardInterrupt:
-            ctx.on_failure(in_flight, "interrupted", save=True)
+            bookkeeping.on_failure(in_flight, "interrupted", save=True)
             raise
         except Exception as exc:
-            ctx.on_failure(in_flight, f"{type(exc).__name__}: {exc}", save=False)
+            bookkeeping.on_failure(in_flight, f"{type(exc).__name__}: {exc}", save=False)
             raise
-        merged = ctx.merge() if config.merge else None
+        merged = bookkeeping.merge() if config.merge else None
 
     return TrainResult(run.root, state["step"], total_steps, [run.checkpoint(s) for s in run.checkpoint_steps()],
-                       ctx.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, ctx.last_eval, resumed_at)
+                       bookkeeping.best_path(), merged, trained_ids, state["skipped"], tracker.wandb_run_id, bookkeeping.last_eval,
+                       resumed_at)
 
 
 def population_options(config: TrainConfig):
@@ -500,8 +501,9 @@ def _metrics(step: int, schedule: Schedule, groups: list[Group], used: list[Grou
 
 
 @dataclass
-class _Loop:
-    """Evaluation, checkpoints and their bookkeeping (trained_models rows, --keep-best)."""
+class Bookkeeping:
+    """What the loop does after each step besides the step: evaluation on the validation sample, checkpoints and their
+    bookkeeping (trained_models rows, --keep-best, best.json), the checkpoint of an interrupted run, the merge."""
 
     config: TrainConfig
     validation: list  # the validation sample every selection pass answers; never the eval split
