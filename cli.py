@@ -673,7 +673,14 @@ def report(obj: BabylonContext, run: str | None, improve: bool) -> None:
       python cli.py report quickstart
       python cli.py --home /tmp/loop report --improve
     """
-    obj.report(run, improve)
+    if improve == (run is not None):
+        raise ConfigError("report needs a RUN or --improve (the improve loop's page), not both")
+    if improve:
+        from babylon_rl.improve import report as improve_report
+
+        improve_report(obj)
+    else:
+        obj.report(run)
 
 
 @cli.command()

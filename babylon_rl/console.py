@@ -2,7 +2,8 @@
 
 BabylonContext does the work and hands its results here; nothing in this module computes
 anything but text, tables and progress bars. Progress bars are transient and drawn only on
-a terminal (rich leaves them out when the output is not a TTY).
+a terminal (rich leaves them out when the output is not a TTY). Its types come from the core (the stages
+and the context's results); the drivers above the context (quickstart.py, improve.py) print their own lines through it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from babylon_rl.db import MigrationState
     from babylon_rl.evaluate import EvalResult
     from babylon_rl.evaluate.arena import ArenaResult
-    from babylon_rl.improve_state import ImproveState, Iteration
     from babylon_rl.judge.compare import Agreement
     from babylon_rl.judge.score import ScoreRun
     from babylon_rl.readiness import Readiness
@@ -345,29 +345,6 @@ class TerminalConsole(Console):
             self.print(f"{c['a']} - {c['b']}: {interval_text(c['difference'])} per agent and window: {c['verdict']}")
         self.print(f"wrote {result.path}")
 
-
-    def improve_waiting(self, iteration: int, at: datetime) -> None:
-        self.print(f"iteration {iteration} starts at {at:%Y-%m-%d %H:%M:%S} (--every); Ctrl-C stops the loop between iterations")
-
-    def improve_iteration_done(self, it: Iteration, report: Path, home: Path) -> None:
-        self.print(_gate_line(it, home))
-        self.print(f"wrote {report}")
-
-    def improve_summary(self, state: ImproveState, path: Path, home: Path) -> None:
-        """One row per iteration (who played, what the policy agents and the personas made), then the gate's decisions."""
-        personas = sorted({p for it in state.iterations for p in it.play if p != "policy"})
-        table = Table(title="improve: mean window P&L per agent (policy agents with its 95% CI)")
-        for column in ("iteration", "champion (played)", "policy agents", *personas):
-            table.add_column(column, overflow="fold")
-        for it in state.iterations:
-            table.add_row(str(it.iteration), _in_home(it.champion, home), interval_text(it.play["policy"]) if "policy" in it.play else "",
-                          *[f"{it.play[p]['value']:+,.2f}" if p in it.play else "" for p in personas])
-        self.print(table)
-        for it in state.iterations:
-            if it.promoted is not None:
-                self.print(_gate_line(it, home))
-        self.print(f"champion: {_in_home(state.champion, home)}; state in {path}")
-
     # -- serve and export -------------------------------------------------------------------
     def serving(self, url: str, plan: list, options) -> None:
         table = Table(box=box.SIMPLE, show_header=True)
@@ -388,20 +365,6 @@ class TerminalConsole(Console):
         if result.recorded:
             self.print(f"model_exports: recorded {result.model_id} {result.format} at {result.path}", markup=False)
         self.print(result.hint, markup=False)
-
-
-def _in_home(model: str | None, home: Path) -> str:
-    return str(Path(model).relative_to(home)) if model and Path(model).is_relative_to(home) else str(model)
-
-
-def _gate_line(it: Iteration, home: Path) -> str:
-    acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
-    decision = f"promoted {_in_home(it.candidate, home)}" if it.promoted else f"kept {_in_home(it.champion, home)}"
-    powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
-    precision = it.gate.get("trade_precision")
-    precision_text = f", trade precision {interval_text(precision, 3)}" if precision else ""
-    return (f"iteration {it.iteration} gate, candidate - champion on held-out windows: P&L per decision {interval_text(pnl)}"
-            f"{precision_text}, direction accuracy {interval_text(acc, 3)}: {decision}{powerless}")
 
 
 def _interval(interval) -> str:

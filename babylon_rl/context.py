@@ -2,7 +2,8 @@
 
 Each method does its command's work and hands the result to `self.console`
 (babylon_rl/console.py), which prints it; the methods return what they did so tests and
-other Python callers can use them without parsing output.
+other Python callers can use them without parsing output. The drivers that chain the commands
+(quickstart.py, improve.py and its report) stand above it: it imports none of them.
 """
 
 from __future__ import annotations
@@ -394,13 +395,10 @@ class BabylonContext:
         return result
 
     # -- report -------------------------------------------------------------------------
-    def report(self, run: str | None = None, improve: bool = False) -> Path:
-        """A run's page, or with `improve` the improve loop's (HOME/improve/report.html)."""
-        from babylon_rl.improve_report import write_improve_report
+    def report(self, run: str) -> Path:
+        """A run's page, HOME/runs/RUN/report.html (the improve loop's is the driver's own: `improve.report`)."""
         from babylon_rl.report import write_report
 
-        if improve == (run is not None):
-            raise ConfigError("report needs a RUN or --improve (the improve loop's page), not both")
-        path = write_improve_report(self.home) if improve else write_report(self.home, run)
+        path = write_report(self.home, run)
         self.console.print(f"wrote {path}")
         return path

@@ -46,11 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
+from rich.table import Table
 
 from babylon_rl import atomic, locks
+from babylon_rl.console import interval_text
 from babylon_rl.errors import ConfigError
 from babylon_rl.evaluate.stats import ratio_interval, resample_indices
-from babylon_rl.improve_state import STAGES, ImproveState, Iteration, state_path
+from babylon_rl.improve_state import STAGES, ImproveState, Iteration
 from babylon_rl.model_names import in_home
 from babylon_rl.train import objectives
 
@@ -108,7 +110,7 @@ class ImproveOptions:
 def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveState:
     """Run iterations until `options.iterations` are done (or until stopped), each from the first stage it has not finished;
     with `options.every_minutes`, each new one starts that long after the one before it started here."""
-    path = state_path(ctx.home)
+    path = ctx.home.improve_state
     with locks.exclusive(path.with_name(".lock"), 0, refusal="another improve loop is running in this home ({holder} holds {path})"), \
             _sigterm_as_interrupt():
         state = _load(path, options)
@@ -116,7 +118,7 @@ def run_improve(ctx: "BabylonContext", options: ImproveOptions) -> ImproveState:
         while _next_iteration(ctx, options, state, path, started):
             started = time.monotonic()
             _finish_iteration(ctx, options, state, path)
-    ctx.console.improve_summary(state, path, ctx.home.root)
+    _print_summary(ctx, state, path)
     return state
 
 
@@ -138,7 +140,8 @@ def _wait_until(ctx: "BabylonContext", iteration: int, deadline: float) -> None:
     left = deadline - time.monotonic()
     if left <= 0:
         return
-    ctx.console.improve_waiting(iteration, datetime.now() + timedelta(seconds=left))
+    at = datetime.now() + timedelta(seconds=left)
+    ctx.console.print(f"iteration {iteration} starts at {at:%Y-%m-%d %H:%M:%S} (--every); Ctrl-C stops the loop between iterations")
     try:
         while left > 0:
             time.sleep(left)
@@ -161,7 +164,44 @@ def _finish_iteration(ctx: "BabylonContext", options: ImproveOptions, state: Imp
                                         f"resumes at that stage ({path})") from exc
             state.done.append(stage)
             _save(path, state)
-    ctx.console.improve_iteration_done(state.current, write_improve_report(ctx.home, state), ctx.home.root)
+    report_path = write_improve_report(ctx.home, state)
+    ctx.console.print(_gate_line(ctx, state.current))
+    ctx.console.print(f"wrote {report_path}")
+
+
+def report(ctx: "BabylonContext") -> Path:
+    """`report --improve`: the loop's page (HOME/improve/report.html) written again from its state.json."""
+    from babylon_rl.improve_report import write_improve_report
+
+    path = write_improve_report(ctx.home)
+    ctx.console.print(f"wrote {path}")
+    return path
+
+
+def _print_summary(ctx: "BabylonContext", state: ImproveState, path: Path) -> None:
+    """One row per iteration (who played, what the policy agents and the personas made), then the gate's decisions."""
+    personas = sorted({p for it in state.iterations for p in it.play if p != "policy"})
+    table = Table(title="improve: mean window P&L per agent (policy agents with its 95% CI)")
+    for column in ("iteration", "champion (played)", "policy agents", *personas):
+        table.add_column(column, overflow="fold")
+    for it in state.iterations:
+        table.add_row(str(it.iteration), in_home(ctx.home, it.champion), interval_text(it.play["policy"]) if "policy" in it.play else "",
+                      *[f"{it.play[p]['value']:+,.2f}" if p in it.play else "" for p in personas])
+    ctx.console.print(table)
+    for it in state.iterations:
+        if it.promoted is not None:
+            ctx.console.print(_gate_line(ctx, it))
+    ctx.console.print(f"champion: {in_home(ctx.home, state.champion)}; state in {path}")
+
+
+def _gate_line(ctx: "BabylonContext", it: Iteration) -> str:
+    acc, pnl = it.gate["direction_accuracy"], it.gate["pnl_per_decision"]
+    decision = f"promoted {in_home(ctx.home, it.candidate)}" if it.promoted else f"kept {in_home(ctx.home, it.champion)}"
+    powerless = " (this gate could not recognise even the news rule)" if it.gate.get("could_recognise_news_rule") is False else ""
+    precision = it.gate.get("trade_precision")
+    precision_text = f", trade precision {interval_text(precision, 3)}" if precision else ""
+    return (f"iteration {it.iteration} gate, candidate - champion on held-out windows: P&L per decision {interval_text(pnl)}"
+            f"{precision_text}, direction accuracy {interval_text(acc, 3)}: {decision}{powerless}")
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from babylon_rl import atomic
 from babylon_rl.console import interval_text
-from babylon_rl.improve_state import STAGES, ImproveState, Iteration, load_state, state_path
+from babylon_rl.improve_state import STAGES, ImproveState, Iteration, load_state
 from babylon_rl.report import _figure, _now, _svg, _use_agg, metrics_html, page, section
 from babylon_rl.settings import Home
 
@@ -33,7 +33,7 @@ INTERVALS_SENTENCE = ("The brackets are 95 % bootstrap intervals over windows: t
 
 def write_improve_report(home: Home, state: ImproveState | None = None) -> Path:
     """HOME/improve/report.html from `state` (default: the one state.json holds)."""
-    target = state_path(home).with_name("report.html")
+    target = home.improve_state.with_name("report.html")
     atomic.write_text(target, render(state or load_state(home)))
     return target
 

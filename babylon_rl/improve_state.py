@@ -1,12 +1,11 @@
 """What the improve loop keeps in HOME/improve/state.json: its options, the champion, each iteration's stages and figures.
 
-Read by the loop (`improve.py`), its report (`improve_report.py`), the console and `promoted` (`model_names.py`); it
-knows nothing of them.
+Read by the loop (`improve.py`) and its report (`improve_report.py`); it knows nothing of them. Where it lives is the
+home's (`Home.improve_state`), so that `promoted` (`model_names.py`) reads the champion without importing the driver's
+types.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -40,12 +39,8 @@ class ImproveState(BaseModel):
         return self.iterations[-1]
 
 
-def state_path(home: Home) -> Path:
-    return home.root / "improve" / "state.json"
-
-
 def load_state(home: Home) -> ImproveState:
-    path = state_path(home)
+    path = home.improve_state
     if not path.exists():
         raise ConfigError(f"no improve loop in {home.root} (no {path}); start one with python cli.py improve")
     return ImproveState.model_validate_json(path.read_text())

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from babylon_rl.errors import ConfigError
-from babylon_rl.improve_state import state_path
 from babylon_rl.settings import Home
 from babylon_rl.train.runs import RunDir
 
@@ -128,7 +127,7 @@ def _checkpoint(home: Home, run: str, which: str) -> tuple[str, Path]:
 
 def _champion(home: Home) -> str:
     """The champion `improve` recorded last (a path relative to the home, or the base model's name)."""
-    state = state_path(home)
+    state = home.improve_state
     if not state.exists():
         raise ConfigError(f"no model promoted yet ({state} is missing): run python cli.py improve first")
     return json.loads(state.read_text())["champion"]

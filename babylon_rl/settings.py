@@ -65,6 +65,11 @@ class Home:
         return self.root / "runs"
 
     @property
+    def improve_state(self) -> Path:
+        """The improve loop's state.json (improve_state.py): its champion is the model `promoted` names (model_names.py)."""
+        return self.root / "improve" / "state.json"
+
+    @property
     def frozen_states(self) -> Path:
         """The frozen blocks' output per packed decision, kept across processes (train/state_cache.py, StatesOnDisk)."""
         return self.root / ".cache" / "frozen-states"

@@ -85,3 +85,17 @@ def test_no_module_of_babylon_rl_imports_itself_through_others():
     graph = import_graph()
     assert len(graph) > 100 and "babylon_rl.train.menu_losses" in graph["babylon_rl.train.menu_trainer"]
     assert circles(graph) == []
+
+
+def test_the_drivers_stand_above_the_context_and_the_console():
+    """quickstart and improve chain the commands of the context and print through the console: neither the context nor
+    the console imports them or their types, even through another module (issue 81: SQLMesh's drivers and its console)."""
+    graph = import_graph()
+    drivers = {"babylon_rl.quickstart", "babylon_rl.improve", "babylon_rl.improve_report", "babylon_rl.improve_state"}
+    for core in ("babylon_rl.context", "babylon_rl.console"):
+        reached, todo = set(), [core]
+        while todo:
+            for module in graph[todo.pop()] - reached:
+                reached.add(module)
+                todo.append(module)
+        assert not reached & drivers, (core, sorted(reached & drivers))
