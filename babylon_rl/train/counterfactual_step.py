@@ -19,7 +19,7 @@ import numpy as np
 
 from babylon_rl.policy import answer_logprobs, encode_answers, encode_prompts
 from babylon_rl.train.decisions import StepResult, Task
-from babylon_rl.train.replayed import ReplayTrainer
+from babylon_rl.train.replay_contract import ReplayTrainer
 from babylon_rl.train.step import optimizer_step, slices
 
 

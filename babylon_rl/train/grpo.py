@@ -20,7 +20,7 @@ Tokens are the CPU's budget, so:
 
 `GrpoTrainer` is the trainer of every objective on replayed decisions: it owns the model, its memory plan and its
 validation answers, and steps `--on-policy` grpo (here), `imitate` (imitate_step.py) or `counterfactual`
-(counterfactual_step.py); what the steps share is in replayed.py.
+(counterfactual_step.py); what the steps share is in replay_contract.py.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from babylon_rl.evaluate.scoring import Outcome
 from babylon_rl.train.counterfactual_step import counterfactual_step
 from babylon_rl.train.decisions import LONGEST_SAMPLE, StepResult, Task, longest_prompts
 from babylon_rl.train.imitate_step import imitate_step
-from babylon_rl.train.replayed import masked_mean
+from babylon_rl.train.replay_contract import masked_mean
 from babylon_rl.train.step import optimizer_step, slices
 from babylon_rl.train.checkpoints import Checkpoints
 

@@ -9,7 +9,7 @@ import time
 
 from babylon_rl.policy import answer_logprobs, encode_answers, encode_prompts
 from babylon_rl.train.decisions import StepResult, Task
-from babylon_rl.train.replayed import ReplayTrainer, masked_mean
+from babylon_rl.train.replay_contract import ReplayTrainer, masked_mean
 from babylon_rl.train.step import optimizer_step, slices
 
 
