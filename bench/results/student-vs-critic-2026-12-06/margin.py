@@ -15,13 +15,13 @@ import torch
 from peft import PeftModel
 
 from babylon_rl.dataset.dataset import Dataset
-from babylon_rl.evaluate.decision_points import load_eval_set
+from babylon_rl.evaluate.decision_points import COLUMNS, EvalSet, load_eval_set, read_decisions, read_truths
 from babylon_rl.model_names import resolve_base
 from babylon_rl.settings import Home
 from babylon_rl.train.menu_items import MenuOptions, make_items
 from babylon_rl.train.menu_ranker import lowest_adapted_layer, menu_logprobs
 from babylon_rl.train.state_cache import cache_states
-from babylon_rl.train.decisions import Task, load_decision_data
+from babylon_rl.train.decisions import Task
 from babylon_rl.train.frozen import SplitModel, bottom_dtype
 from babylon_rl.train.models import load_causal_lm
 
@@ -39,12 +39,12 @@ with warnings.catch_warnings():
 split = SplitModel(adapted, top, bottom_dtype("cpu"))
 
 
-def two_a_window(tasks):
-    rng = np.random.default_rng(0)
-    by_window = {}
-    for t in tasks:
-        by_window.setdefault(t.window_id, []).append(t)
-    return [t for w in sorted(by_window) for t in (by_window[w] if len(by_window[w]) <= 2 else [by_window[w][i] for i in sorted(rng.choice(len(by_window[w]), 2, replace=False))])]
+def validation_two_a_window(home):
+    """Seed 0's validation decisions, two a window, drawn as eval draws its held-out ones (`EvalSet.sample`)."""
+    dataset = Dataset.open(home, "quickstart")
+    rows = dataset.read_split("validation", COLUMNS)
+    truths = read_truths(dataset, set(rows["window_id"].unique()))
+    return [Task.from_decision(d, truths[d.window_id]) for d in EvalSet("quickstart", read_decisions(rows, truths), truths).sample(2, 0).decisions]
 
 
 def margins(tasks):
@@ -80,8 +80,7 @@ def table(name, tasks):
     return rows
 
 
-data = load_decision_data(train_home, "quickstart")
-table("validation (seed 0)", two_a_window(data.validation))
+table("validation (seed 0)", validation_two_a_window(train_home))
 if len(sys.argv) > 3:
     dev = load_eval_set(Dataset.open(Home.resolve(Path(sys.argv[3])), "quickstart")).sample(2, 0)
     rows = table("dev world held out", [Task.from_decision(d, dev.truths[d.window_id]) for d in dev.decisions])
