@@ -14,6 +14,7 @@ from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.options import JUDGES, ScoreOptions
+from babylon_rl.model_names import NAMES_HELP as MODEL_NAMES
 from babylon_rl.train.objectives.command import TrainCommand
 from babylon_rl.train.objectives.command import params as train_params
 
@@ -574,12 +575,12 @@ def train(obj: BabylonContext, **options) -> None:
 
 
 @cli.command("eval")
-@click.option("--model", required=True, help="A checkpoint or model directory, a name in HOME/models, a run name (its latest "
-              "checkpoint), RUN@STEP or RUN@best, or with --base-url the endpoint's model name.")
+@click.option("--model", required=True, help=f"{MODEL_NAMES}; or with --base-url the endpoint's model name.")
 @click.option("--dataset", required=True, help="Dataset whose eval.parquet windows (held out, latest in time) are replayed.")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --model (key: OPENAI_API_KEY).")
-@click.option("--baseline", help="Model to compare against. Default: the run's base model; 'none' to skip.")
-@click.option("--imitation", help="A model trained to imitate the logged answers with the same budget (train --objective imitate), compared too.")
+@click.option("--baseline", help="Model to compare against (named as --model is). Default: the run's base model; 'none' to skip.")
+@click.option("--imitation", help="A model trained to imitate the logged answers with the same budget (train --objective imitate), "
+              "named as --model is, compared too.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1, max=1024), default=32, show_default=True, help="Answer length bound of an endpoint model (local models choose from the menu).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Prompts per generate() call (local models).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True, help="Requests in flight (endpoints).")
@@ -618,9 +619,9 @@ def eval_command(obj: BabylonContext, **options) -> None:
 
 
 @cli.command()
-@click.option("--model", required=True, help="The model that plays: a model directory, a name in HOME/models, a run (its latest "
-              "checkpoint), or a served model's name with --base-url.")
-@click.option("--against", help="The model it plays against. Default: its base model (the one it was trained from).")
+@click.option("--model", required=True, help=f"The model that plays: {MODEL_NAMES[0].lower()}{MODEL_NAMES[1:]}; or a served model's "
+              "name with --base-url.")
+@click.option("--against", help="The model it plays against, named as --model is. Default: its base model (the one it was trained from).")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving both models (key: OPENAI_API_KEY).")
 @click.option("--against-local", is_flag=True, help="With --base-url: --against plays in this process, --model on the endpoint "
               "(e.g. a model `serve` serves against the same checkpoint played here).")

@@ -70,3 +70,15 @@ def test_a_path_is_served_by_its_directory_name_and_promoted_by_its_champion(nam
 def test_a_name_that_names_no_model_is_a_one_line_error(names_home, name, says):
     with pytest.raises(ConfigError, match=says):
         resolve(names_home, name)
+
+
+@pytest.mark.parametrize("command", ["eval", "arena"])
+def test_the_help_of_every_command_that_takes_a_model_names_every_kind_of_name(command):
+    """What `resolve` reads is what the help offers: a user reading `eval --help` learns RUN@latest and promoted too."""
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    text = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+    for kind in ("HOME/models", "RUN@STEP", "RUN@best", "RUN@latest", "RUN@merged", "promoted"):
+        assert kind in text, kind
