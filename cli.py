@@ -14,7 +14,7 @@ from babylon_rl.context import BabylonContext
 from babylon_rl.dataset.params import FORMATS, BuildParams
 from babylon_rl.errors import BabylonError, ConfigError
 from babylon_rl.judge.options import JUDGES, ScoreOptions
-from babylon_rl.model_names import NAMES_HELP as MODEL_NAMES
+from babylon_rl.model_names import MODEL_NAMES_HELP
 from babylon_rl.train.objectives.command import TrainCommand
 from babylon_rl.train.objectives.command import params as train_params
 
@@ -575,7 +575,7 @@ def train(obj: BabylonContext, **options) -> None:
 
 
 @cli.command("eval")
-@click.option("--model", required=True, help=f"{MODEL_NAMES}; or with --base-url the endpoint's model name.")
+@click.option("--model", required=True, help=f"The model evaluated: {MODEL_NAMES_HELP}; or with --base-url the endpoint's model name.")
 @click.option("--dataset", required=True, help="Dataset whose eval.parquet windows (held out, latest in time) are replayed.")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving --model (key: OPENAI_API_KEY).")
 @click.option("--baseline", help="Model to compare against (named as --model is). Default: the run's base model; 'none' to skip.")
@@ -619,8 +619,7 @@ def eval_command(obj: BabylonContext, **options) -> None:
 
 
 @cli.command()
-@click.option("--model", required=True, help=f"The model that plays: {MODEL_NAMES[0].lower()}{MODEL_NAMES[1:]}; or a served model's "
-              "name with --base-url.")
+@click.option("--model", required=True, help=f"The model that plays: {MODEL_NAMES_HELP}; or a served model's name with --base-url.")
 @click.option("--against", help="The model it plays against, named as --model is. Default: its base model (the one it was trained from).")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible endpoint serving both models (key: OPENAI_API_KEY).")
 @click.option("--against-local", is_flag=True, help="With --base-url: --against plays in this process, --model on the endpoint "

@@ -27,8 +27,8 @@ from babylon_rl.train.runs import RunDir
 
 PROMOTED = "promoted"
 # what a command's help says a model option takes: every name `resolve` reads
-NAMES_HELP = ("A checkpoint or model directory, a name in HOME/models, a run (its latest checkpoint), RUN@STEP, RUN@best, "
-              "RUN@latest, RUN@merged, or promoted (the model improve promoted last)")
+MODEL_NAMES_HELP = ("a checkpoint or model directory, a name in HOME/models, a run (its latest checkpoint), RUN@STEP, "
+                    "RUN@best, RUN@latest, RUN@merged, or promoted (the model improve promoted last)")
 RUN_AT = re.compile(r"^(?P<run>[A-Za-z0-9_.-]+)@(?P<which>\d+|best|merged|latest)$")
 TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from babylon_rl.evaluate.run import EvalOptions, compare_results, evaluate  # noqa: E402
+from babylon_rl.evaluate.run import LEARNING_REFERENCES, EvalOptions, compare_results, evaluate  # noqa: E402
 from babylon_rl.quickstart import IMITATION, NAME, QuickstartOptions  # noqa: E402
 from babylon_rl.settings import Home  # noqa: E402
 
@@ -33,7 +33,7 @@ def main() -> None:
         model=f"{NAME}@best", dataset=NAME, imitation=f"{IMITATION}@best", seed=args.seed,
         max_decisions_per_window=defaults.eval_decisions_per_window, menu_shares=defaults.shares))
     print(f"seed {args.seed}: the trained model: learning {'shown' if result.learning_shown else 'NOT shown'}")
-    references = [p for p in result.policies if p.role in ("baseline", "constant", "logged", "imitation")]
+    references = [p for p in result.policies if p.role in LEARNING_REFERENCES]
     reader = replace(next(p for p in result.policies if p.role == "reader"), role="model")
     comparison, _ = compare_results([*references, reader], result.eval_set, result.options)
     as_model = replace(result, policies=[*references, reader], comparison=comparison)
