@@ -289,7 +289,8 @@ def eval_html(evaluation: dict | None) -> str:
 
     comparisons = "".join(f"<li>{html.escape(comparison_line(role, c, named_baseline=evaluation.get('named_baseline')))}</li>" for role, c in evaluation.get("comparison", {}).items()
                           if "trade_precision_diff" in c)
-    return (f"{verdict_html(evaluation)}<p>{evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
+    of = f" of {html.escape(evaluation['checkpoint'])}" if evaluation.get("checkpoint") else ""
+    return (f"{verdict_html(evaluation)}<p>The evaluation{of}: {evaluation['windows']} held-out windows, {evaluation['decisions']} decisions of dataset "
             f"{html.escape(evaluation['dataset'])}; 95 % bootstrap intervals over windows ({evaluation['bootstrap']['resamples']} resamples).</p>"
             '<table id="eval-table"><tr><th>policy</th><th>P&amp;L per decision</th><th>trade precision</th><th>traded</th>'
             '<th>direction accuracy</th><th>valid</th><th>most frequent answer</th></tr>'

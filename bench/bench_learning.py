@@ -437,7 +437,7 @@ def compare(ctx: BabylonContext, args, data, eval_set, record: dict, out_dir: Pa
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     # eval.json and run.json as a training run has them, so that `cli.py report` draws this run's page with its curve
     write_outputs(EvalResult(eval_options, eval_set, policies, comparison, replace(choice, answer=constant), out_dir, out_dir, None,
-                             datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design))
+                             datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design_check=design))
     (out_dir / "run.json").write_text(json.dumps({"dataset": "learn", "bench_learning": settings}, indent=1))
     ctx.report(out_dir.name)
     (out_dir / "result.json").write_text(json.dumps({

@@ -61,7 +61,8 @@ def make_run_home(root: Path) -> Path:
     (root / "datasets" / "ds" / "manifest.json").write_text(json.dumps({"content_hash": "sha256:feedbeef"}))
     interval = {"value": 0.61, "low": 0.52, "high": 0.70}
     (run / "eval.json").write_text(json.dumps({
-        "dataset": "ds", "windows": 12, "decisions": 96, "learning_shown": False, "claim": "P&L per decision",
+        "dataset": "ds", "checkpoint": "demo@2", "windows": 12, "decisions": 96, "learning_shown": False,
+        "claim": "P&L per decision",
         "policies": [{"name": "demo@2", "role": "model", "metrics": {"direction_accuracy": interval}},
                      {"name": "smollm2-135m", "role": "baseline", "metrics": {"direction_accuracy": interval}}]}))
     return root

@@ -166,3 +166,19 @@ def test_the_export_path_is_recorded_in_the_game_database(smollm2_run_home, run_
         rows = conn.execute('SELECT "modelId", "format", "path", "sizeBytes" FROM model_exports').fetchall()
     assert len(rows) == 1 and rows[0][:3] == ("demo:step-1", "adapter", str(target)) and rows[0][3] > 0
     shutil.rmtree(target)
+
+
+def test_the_card_quotes_only_an_evaluation_of_the_checkpoint_it_exports(smollm2_run_home):
+    """The run's eval.json is of demo@2: demo@1's card says it has none (and how to make one), not demo@2's figures."""
+    from babylon_rl.model_names import resolve
+    from babylon_rl.settings import Home
+    from babylon_rl.train.export import model_card
+    from babylon_rl.train.model_card import _evaluation
+
+    home = Home(smollm2_run_home)
+    run_dir = smollm2_run_home / "runs" / "demo"
+    assert model_card("demo@2", run_dir, resolve(home, "demo@2"), "adapter", home)["eval"]["policies"]["demo@2"]
+    card = model_card("demo@1", run_dir, resolve(home, "demo@1"), "adapter", home)
+    assert card["eval"] is None
+    assert _evaluation(None, "demo@1", "ds")[0].startswith(
+        "No held-out evaluation of this checkpoint yet: `python cli.py eval --model demo@1 --dataset ds`")

@@ -265,6 +265,8 @@ def test_training_and_selection_never_read_the_eval_split(home, small_llama, run
     evaluation = run_cli("eval", "--model", "r", "--dataset", "d", "--max-new-tokens", "12", *menu)
     assert evaluation.exit_code == 0, evaluation.output
     saved = json.loads((home / "runs" / "r" / "eval.json").read_text())
+    assert saved["checkpoint"] == "r@2"  # what it is of: RUN names its latest checkpoint
+    assert json.loads((home / "runs" / "r" / "evals" / "step-2" / "d" / "eval.json").read_text()) == saved  # kept by checkpoint
     if menu:
         assert saved["menu_shares"] == 50 and json.loads(saved["constant"]["answer"]).get("shares", 50) == 50
         for policy in (p for p in saved["policies"] if p["role"] in ("baseline", "model")):

@@ -67,6 +67,7 @@ def test_report_has_plots_and_eval_table(template, home, run_cli):
     page.feed(path.read_text())
     assert page.tags.count("svg") >= 4  # windows, P&L per window, score vs P&L, reward/loss
     assert "eval-table" in page.table_ids
+    assert "The evaluation of r1@2: " in path.read_text()  # which checkpoint the figures are of
     assert any(c.startswith("logged agents") for c in page.cells)
     assert any(c.startswith("baseline") for c in page.cells) and any(c.startswith("model") for c in page.cells)
     assert not page.external  # self-contained

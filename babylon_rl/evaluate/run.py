@@ -114,6 +114,8 @@ class EvalResult:
     run_dir: Path | None
     checkpoint_key: str | None
     created_at: str
+    checkpoint: str | None = None  # the run's model as eval resolved it (`RUN@7`, `RUN@merged`): what eval.json is of
+    checkpoint_dir: str | None = None  # its directory's name (step-7, merged)
     design_check: dict | None = None  # the news rule vs the best constant (_paired): could this evaluation recognise reading?
     teachers: list[str] = field(default_factory=list)  # the agents the model was distilled from (its run's inputs.json)
 
@@ -143,7 +145,7 @@ class EvalResult:
     def to_dict(self) -> dict:
         o = self.options
         return {
-            "dataset": o.dataset, "model": o.model, "base_url": mask_url(o.base_url) if o.base_url else None,
+            "dataset": o.dataset, "model": o.model, "checkpoint": self.checkpoint, "base_url": mask_url(o.base_url) if o.base_url else None,
             "baseline": next((p.model for p in self.policies if p.role == "baseline"), None), "named_baseline": self.named_baseline,
             "windows": len(self.eval_set.windows), "decisions": len(self.eval_set.decisions),
             "threshold_pct": o.threshold_pct, "max_new_tokens": o.max_new_tokens, "menu_shares": o.menu_shares,
@@ -203,8 +205,9 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
                                              resample_indices(len(eval_set.windows), options.resamples, options.seed))
     output_dir = _output_dir(home, options, ref)
     return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
-                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design,
-                      teachers)
+                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                      ref.name if ref and ref.run_dir else None, ref.path.name if ref and ref.run_dir else None,
+                      design_check=design, teachers=teachers)
 
 
 def logged_reference(every_decision: EvalSet, eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
@@ -414,9 +417,16 @@ def _output_dir(home: Home, options: EvalOptions, ref: ModelRef | None) -> Path:
 
 
 def write_outputs(result: EvalResult) -> tuple[Path, Path]:
+    """eval.json and eval.csv in the output directory (a run's: its latest evaluation, which its report shows); a run's
+    eval.json also kept as RUN/evals/CHECKPOINT/DATASET/eval.json, where `model export` finds the one of its checkpoint."""
     result.output_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = result.output_dir / "eval.json", result.output_dir / "eval.csv"
-    atomic.write_text(json_path, json.dumps(result.to_dict(), indent=2) + "\n")
+    text = json.dumps(result.to_dict(), indent=2) + "\n"
+    atomic.write_text(json_path, text)
+    if result.run_dir is not None and result.checkpoint_dir is not None:
+        kept = result.run_dir / "evals" / result.checkpoint_dir / result.options.dataset / "eval.json"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(kept, text)
     rows = []
     for p in result.policies:
         row = {"policy": p.name, "role": p.role, "model": p.model, "windows": len(result.eval_set.windows), "decisions": len(p.outcomes)}

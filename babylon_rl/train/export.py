@@ -139,7 +139,7 @@ def model_card(canonical: str, run_dir: Path, ref: ModelRef, fmt: str, home: Hom
     config = _read_json(run_dir / "run.json")
     dataset = config.get("dataset")
     manifest = _read_json(run_dir.parent.parent / "datasets" / str(dataset) / "manifest.json") if dataset else {}
-    evaluation = _read_json(run_dir / "eval.json")
+    evaluation = _checkpoint_eval(run_dir, canonical, dataset)
     base_dir = Path(ref.base_model or config.get("base_model") or ref.path)
     source = base_source(base_dir)
     return {
@@ -164,6 +164,14 @@ def _published_dtype(source: dict, base_dir: Path) -> str:
 def _in_home(path: Path, home: Home) -> str:
     """A path as the home names it (runs/demo/checkpoints/step-2): an export tells no one where the files were."""
     return str(path.relative_to(home.root)) if path.is_relative_to(home.root) else path.name
+
+
+def _checkpoint_eval(run_dir: Path, canonical: str, dataset: str | None) -> dict:
+    """The newest evaluation of this very checkpoint (`canonical`, RUN@7), on the run's own dataset if it has one; {} when
+    none: an eval of another checkpoint, or one that does not say which (before 2026-12-06), is no figure of this one."""
+    found = [e for e in map(_read_json, [run_dir / "eval.json", *run_dir.glob("evals/*/*/eval.json")])
+             if e.get("checkpoint") == canonical]
+    return max(found, key=lambda e: (e.get("dataset") == dataset, e.get("created_at") or ""), default={})
 
 
 def _held_out(evaluation: dict) -> dict | None:

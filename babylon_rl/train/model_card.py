@@ -111,12 +111,13 @@ def card_text(card: dict, tokenizer, target: str) -> str:
     if card.get("base_weights"):
         lines += [f"Trained on {card['base_model']}'s weights {card['base_weights']}: on the hub's own weights an adapter's "
                   "answers may differ slightly; the hf export carries the weights it was trained on.", ""]
-    return "\n".join(lines + _evaluation(card["eval"]) + recipe(tokenizer, card, target))
+    return "\n".join(lines + _evaluation(card["eval"], card["model"], card["dataset"]) + recipe(tokenizer, card, target))
 
 
-def _evaluation(evaluation: dict | None) -> list[str]:
+def _evaluation(evaluation: dict | None, model: str, dataset: str | None) -> list[str]:
     if not evaluation:
-        return ["No held-out evaluation yet: `python cli.py eval --model RUN --dataset NAME` writes eval.json.", ""]
+        return [f"No held-out evaluation of this checkpoint yet: `python cli.py eval --model {model} --dataset "
+                f"{dataset or 'NAME'}` writes it.", ""]
     names = _metric_names(evaluation)
     lines = [f"## Held-out evaluation ({evaluation['windows']} windows, {evaluation['decisions']} decisions of "
              f"{evaluation['dataset']})", "", "| policy | role | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
