@@ -53,13 +53,12 @@ def run_shares(run_dir: Path | None) -> int:
 
 
 def top_layers(model, adapter: Path | None) -> int:
-    """How many top blocks a policy runs from the frozen states: those its adapter changes, else as many as the menu
-    trainers adapt by default (what eval's MenuRanker runs for a model that is no adapter)."""
-    from babylon_rl.train.menu_items import MenuOptions
+    """How many top blocks a policy runs from the frozen states: those its adapter changes, else one (a plain or merged
+    model: every block below the last is then frozen work, which `serve`'s prefix cache keeps; what eval's MenuRanker
+    runs for it too)."""
     from babylon_rl.train.menu_ranker import lowest_adapted_layer
 
-    layers = model.config.num_hidden_layers
-    return layers - lowest_adapted_layer(adapter) if adapter else min(MenuOptions.train_layers, layers)
+    return model.config.num_hidden_layers - lowest_adapted_layer(adapter) if adapter else 1
 
 
 class Decider:

@@ -67,7 +67,7 @@ class MenuRanker:
         self.model, self.tokenizer = load_causal_lm(base_model, device)
         self.model.eval()
         layers = self.model.config.num_hidden_layers
-        lowest = min((lowest_adapted_layer(a) for a in adapters), default=layers - MenuOptions.train_layers)
+        lowest = min((lowest_adapted_layer(a) for a in adapters), default=layers - 1)  # no adapter: the last block alone
         self.train_layers = layers - lowest
         self.options = MenuOptions(shares=shares, train_layers=self.train_layers, device=device)
         self.bottom_dtype = bottom_dtype(device)
