@@ -4,7 +4,6 @@ and (b) a dev world's held-out decisions (seed 100, unseen wording). Never a dec
     python variants.py SEED0_HOME DEV_HOME BASE_MODEL_DIR
 """
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -1,4 +1,4 @@
-import asyncio, subprocess, sys, time
+import asyncio, subprocess, sys
 sys.path.insert(0, "bench"); sys.path.insert(0, ".")
 from pathlib import Path
 import bench_serve as B
