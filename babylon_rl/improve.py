@@ -13,8 +13,8 @@ One iteration, each stage the same BabylonContext method its own command calls:
    credit is confident nowhere the candidate holds, and cannot beat the champion), or on the policy's own answers to
    the train decisions, priced by what the market did (`counterfactual`: every menu answer; `grpo`: k samples);
 5. gate: replay eval of the candidate against the champion (its baseline) on the eval split; it is
-   promoted only when it beats the champion beyond the interval on direction accuracy AND P&L per
-   decision (`EvalResult.comparison["baseline"]`);
+   promoted only when it beats the champion beyond the interval on P&L per decision AND trade
+   precision (`EvalResult.comparison["baseline"]`);
 6. record: the decision in HOME/improve/state.json and runs/improve-NNN/promotion.json and, with a
    database URL, on the candidate's trained_models row (deployed, or kept ready with the gate's
    figures; the champion it replaced archived).
