@@ -436,7 +436,7 @@ def compare(ctx: BabylonContext, args, data, eval_set, record: dict, out_dir: Pa
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     # eval.json and run.json as a training run has them, so that `cli.py report` draws this run's page with its curve
-    write_outputs(EvalResult(eval_options, eval_set, policies, comparison, replace(choice, answer=constant), out_dir, out_dir, None,
+    write_outputs(EvalResult(eval_options, eval_set, policies, comparison, replace(choice, answer=constant), out_dir, None,
                              datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design_check=design))
     (out_dir / "run.json").write_text(json.dumps({"dataset": "learn", "bench_learning": settings}, indent=1))
     ctx.report(out_dir.name)

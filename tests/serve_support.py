@@ -34,7 +34,7 @@ GAME_REQUEST = [
 
 def make_run_home(root: Path) -> Path:
     """HOME/models/smollm2-135m and HOME/runs/demo/checkpoints/step-{1,2}: LoRA adapters with random B weights (a
-    trained adapter starts with B = 0, which would be the base itself), run.json, a dataset manifest and an eval.json."""
+    trained adapter starts with B = 0, which would be the base itself), run.json, a dataset manifest and an eval of step-2."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,11 +60,15 @@ def make_run_home(root: Path) -> Path:
     (root / "datasets" / "ds").mkdir(parents=True)
     (root / "datasets" / "ds" / "manifest.json").write_text(json.dumps({"content_hash": "sha256:feedbeef"}))
     interval = {"value": 0.61, "low": 0.52, "high": 0.70}
-    (run / "eval.json").write_text(json.dumps({
+    evaluation = json.dumps({
         "dataset": "ds", "checkpoint": "demo@2", "windows": 12, "decisions": 96, "learning_shown": False,
         "claim": "P&L per decision",
         "policies": [{"name": "demo@2", "role": "model", "metrics": {"direction_accuracy": interval}},
-                     {"name": "smollm2-135m", "role": "baseline", "metrics": {"direction_accuracy": interval}}]}))
+                     {"name": "smollm2-135m", "role": "baseline", "metrics": {"direction_accuracy": interval}}]})
+    kept = run / "evals" / "step-2" / "ds"  # where an eval keeps its copy by checkpoint (`write_outputs`)
+    kept.mkdir(parents=True)
+    for path in (run / "eval.json", kept / "eval.json"):
+        path.write_text(evaluation)
     return root
 
 

@@ -54,7 +54,7 @@ def _claimed(eval_set: EvalSet, model: list[str], base: list[str], seed: int) ->
     best = max(constants.values(), key=lambda r: sum(o.pnl for o in r.outcomes))  # the best constant in hindsight: harder to beat
     results = [scored_answers("model", "model", model, eval_set, options), scored_answers("baseline", "base", base, eval_set, options), best]
     comparison, design = compare_results(results, eval_set, options)
-    result = EvalResult(options, eval_set, results, comparison, ConstantChoice(best.name, 0.0, 0), Path("."), None, None, "", design_check=design)
+    result = EvalResult(options, eval_set, results, comparison, ConstantChoice(best.name, 0.0, 0), Path("."), None, "", design_check=design)
     return result.learning_shown
 
 

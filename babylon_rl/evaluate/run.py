@@ -111,13 +111,23 @@ class EvalResult:
     comparison: dict
     constant: ConstantChoice | None
     output_dir: Path
-    run_dir: Path | None
-    checkpoint_key: str | None
+    model_ref: ModelRef | None  # the local model evaluated, as eval resolved it; None for an endpoint
     created_at: str
-    checkpoint: str | None = None  # the run's model as eval resolved it (`RUN@7`, `RUN@merged`): what eval.json is of
-    checkpoint_dir: str | None = None  # its directory's name (step-7, merged)
     design_check: dict | None = None  # the news rule vs the best constant (_paired): could this evaluation recognise reading?
     teachers: list[str] = field(default_factory=list)  # the agents the model was distilled from (its run's inputs.json)
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.model_ref.run_dir if self.model_ref else None
+
+    @property
+    def checkpoint_key(self) -> str | None:
+        return self.model_ref.checkpoint_key if self.model_ref else None
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The run's model evaluated (`RUN@7`, `RUN@merged`): what eval.json is of; None for a model of no run."""
+        return self.model_ref.name if self.run_dir else None
 
     @property
     def model_result(self) -> PolicyResult:
@@ -204,10 +214,8 @@ def evaluate(home: Home, options: EvalOptions, on_policy: Callable[[str, int], C
             comparison["teachers"] = _paired(next(r for r in results if r.role == "model"), best, eval_set,
                                              resample_indices(len(eval_set.windows), options.resamples, options.seed))
     output_dir = _output_dir(home, options, ref)
-    return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref.run_dir if ref else None,
-                      ref.checkpoint_key if ref else None, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                      ref.name if ref and ref.run_dir else None, ref.path.name if ref and ref.run_dir else None,
-                      design_check=design, teachers=teachers)
+    return EvalResult(options, eval_set, results, comparison, constant, output_dir, ref,
+                      datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), design_check=design, teachers=teachers)
 
 
 def logged_reference(every_decision: EvalSet, eval_set: EvalSet, options: EvalOptions) -> PolicyResult:
@@ -423,8 +431,8 @@ def write_outputs(result: EvalResult) -> tuple[Path, Path]:
     json_path, csv_path = result.output_dir / "eval.json", result.output_dir / "eval.csv"
     text = json.dumps(result.to_dict(), indent=2) + "\n"
     atomic.write_text(json_path, text)
-    if result.run_dir is not None and result.checkpoint_dir is not None:
-        kept = result.run_dir / "evals" / result.checkpoint_dir / result.options.dataset / "eval.json"
+    if result.run_dir is not None:
+        kept = result.run_dir / "evals" / result.model_ref.path.name / result.options.dataset / "eval.json"
         kept.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_text(kept, text)
     rows = []

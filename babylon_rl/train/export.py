@@ -167,10 +167,10 @@ def _in_home(path: Path, home: Home) -> str:
 
 
 def _checkpoint_eval(run_dir: Path, canonical: str, dataset: str | None) -> dict:
-    """The newest evaluation of this very checkpoint (`canonical`, RUN@7), on the run's own dataset if it has one; {} when
-    none: an eval of another checkpoint, or one that does not say which (before 2026-12-06), is no figure of this one."""
-    found = [e for e in map(_read_json, [run_dir / "eval.json", *run_dir.glob("evals/*/*/eval.json")])
-             if e.get("checkpoint") == canonical]
+    """The newest evaluation of this very checkpoint (`canonical`, RUN@7), on the run's own dataset if it has one, from the
+    copies every run eval keeps (`write_outputs`); {} when none: an eval of another checkpoint, or one from before
+    2026-12-06 (which kept no copy and did not say which checkpoint it was of), is no figure of this one."""
+    found = [e for e in map(_read_json, run_dir.glob("evals/*/*/eval.json")) if e.get("checkpoint") == canonical]
     return max(found, key=lambda e: (e.get("dataset") == dataset, e.get("created_at") or ""), default={})
 
 
