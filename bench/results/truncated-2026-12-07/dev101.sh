@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The second dev world (seed 101, unseen wording): the three students' kept checkpoints evaluated on its held-out half.
+# Ran from /work/gemma: a worktree of e8d2ab0 with gemma-split.patch applied (Gemma's blocks; gone since).
 set -euo pipefail
 cd /work/gemma
 PY=/work/main/.venv/bin/python

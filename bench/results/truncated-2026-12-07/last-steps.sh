@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The last step (384) of the recipe's student and of Gemma's, on both dev worlds: does fitting the seen wording longer
 # lose unseen wording?
+# Ran from /work/gemma: a worktree of e8d2ab0 with gemma-split.patch applied (Gemma's blocks; gone since).
 set -uo pipefail
 cd /work/gemma
 PY=/work/main/.venv/bin/python

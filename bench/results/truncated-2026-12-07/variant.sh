@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: variant.sh NAME BASE_MODEL_DIR [train args...]: from /work/gemma's code, trains the quickstart's student recipe
+# usage: variant.sh NAME BASE_MODEL_DIR [train args...]: from /work/gemma (e8d2ab0 with gemma-split.patch applied), trains the quickstart's student recipe
 # (hindsight) on seed 0's quickstart dataset over another base model, then evaluates its kept checkpoint on the dev
 # world's held-out half (seed 100, unseen wording) and on seed 0's held-out half, two decisions a window.
 set -euo pipefail
